@@ -1,0 +1,50 @@
+"""vanilla-transformer: the Transformer of "Attention Is All You Need" as a Hugging Face model package.
+
+Importing the package registers the config and models with transformers' Auto classes, in-process
+(``AutoModelForSeq2SeqLM.from_pretrained(folder)`` works without ``trust_remote_code``), and with
+``register_for_auto_class`` so that ``save_pretrained`` / ``push_to_hub`` copy the code next to the
+weights and write an ``auto_map``: such a folder loads with ``trust_remote_code=True`` where this
+package is not installed.
+"""
+
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+)
+
+from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .modeling_vanilla_transformer import (
+    VanillaTransformerForCausalLM,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForSequenceClassification,
+    VanillaTransformerModel,
+    VanillaTransformerPreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+_AUTO_CLASSES = {
+    VanillaTransformerModel: AutoModel,
+    VanillaTransformerForConditionalGeneration: AutoModelForSeq2SeqLM,
+    VanillaTransformerForSequenceClassification: AutoModelForSequenceClassification,
+    VanillaTransformerForCausalLM: AutoModelForCausalLM,
+}
+
+AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
+VanillaTransformerConfig.register_for_auto_class()
+for _model_class, _auto_class in _AUTO_CLASSES.items():
+    _auto_class.register(VanillaTransformerConfig, _model_class, exist_ok=True)
+    _model_class.register_for_auto_class(_auto_class.__name__)
+
+__all__ = [
+    "PRESETS",
+    "VanillaTransformerConfig",
+    "VanillaTransformerPreTrainedModel",
+    "VanillaTransformerModel",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerForSequenceClassification",
+    "VanillaTransformerForCausalLM",
+]

@@ -1,0 +1,1186 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3, top to bottom.
+
+Reading order follows the paper: positional encoding (§3.5), embeddings (§3.4), scaled dot-product
+attention (§3.2.1, Eq. 1), multi-head attention (§3.2.2), the feed-forward network (§3.3, Eq. 2),
+encoder and decoder layers (§3.1, §3.2.3, §5.4), the stacks, and the model heads.
+
+Shape legend used in comments:
+    B  batch size              T  target / query length        S  source / key length
+    D  d_model                 H  number of heads (h)          Dk, Dv  per-head widths d_k, d_v
+    F  d_ff                    V  vocabulary size              P  positions already in the cache
+
+Masks: every public ``attention_mask`` is Hugging Face's 2-D ``(B, S)`` padding mask with
+**1 = attend, 0 = padding**. Each stack converts it once per forward (``transformers.masking_utils``)
+into the form the selected attention function wants, and hands the same mask to every layer.
+
+This file is copied next to saved checkpoints (remote code): it imports only torch, public
+transformers API and its sibling configuration file.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationConfig, GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    CausalLMOutputWithPast,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+    SequenceClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.utils import logging
+
+from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+logger = logging.get_logger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# §3.5 Positional encoding
+# ------------------------------------------------------------------------------------------------
+
+
+def sinusoidal_position_encoding(position_ids: torch.Tensor, d_model: int) -> torch.Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
+
+    Computed on the fly (nothing is stored in checkpoints) for any integer positions.
+
+    Args:
+        position_ids: integer tensor of any shape ``(...)``.
+        d_model: width of the encoding.
+
+    Returns:
+        float32 tensor of shape ``(..., d_model)``; even features are sines, odd features cosines.
+    """
+    two_i = torch.arange(0, d_model, 2, device=position_ids.device, dtype=torch.float32)  # (ceil(D/2),)
+    inv_freq = torch.exp(two_i * (-math.log(10000.0) / d_model))
+    angles = position_ids.to(torch.float32).unsqueeze(-1) * inv_freq  # (..., ceil(D/2))
+    encoding = torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2)  # (..., 2*ceil(D/2)) interleaved
+    return encoding[..., :d_model]
+
+
+class VanillaTransformerPositionalEncoding(nn.Module):
+    """§3.5 sinusoidal encoding, or learned position embeddings (Table 3, row E)."""
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.d_model = config.d_model
+        self.max_positions = config.max_position_embeddings
+        self.learned = config.position_encoding == "learned"
+        if self.learned:
+            self.weight = nn.Parameter(torch.empty(config.max_position_embeddings, config.d_model))
+
+    def forward(self, position_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """position_ids: (B, T) or (T,) integers -> (..., D) encodings in ``dtype``."""
+        if not self.learned:
+            return sinusoidal_position_encoding(position_ids, self.d_model).to(dtype)
+        if (
+            not torch.compiler.is_compiling()
+            and position_ids.numel()
+            and int(position_ids.max()) >= self.max_positions
+        ):
+            raise ValueError(
+                f"Sequence needs position {int(position_ids.max())}, but learned position embeddings hold only "
+                f"`max_position_embeddings`={self.max_positions} positions. Truncate the input or use "
+                "`position_encoding='sinusoidal'`."
+            )
+        return F.embedding(position_ids, self.weight).to(dtype)
+
+
+def position_ids_from_mask(
+    attention_mask: torch.Tensor | None, length: int, past: int, device
+) -> torch.Tensor:
+    """Positions of the last ``length`` tokens: count only real tokens when a 2-D padding mask is given.
+
+    Counting real tokens makes outputs independent of where padding sits (left or right) and gives
+    left-padded prompts in batched generation the same positions as unpadded ones.
+
+    Returns: (B, T) when a 2-D mask is given, else (T,).
+    """
+    if attention_mask is not None and attention_mask.dim() == 2:
+        positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
+        return positions[:, -length:]
+    return torch.arange(past, past + length, device=device)
+
+
+# ------------------------------------------------------------------------------------------------
+# §3.4 Embeddings
+# ------------------------------------------------------------------------------------------------
+
+
+class VanillaTransformerEmbedding(nn.Embedding):
+    """§3.4: learned token embeddings, multiplied by sqrt(d_model).
+
+    The scale lives inside the module, so ``model(inputs_embeds=model.get_input_embeddings()(ids))``
+    equals ``model(input_ids=ids)``. The weight itself is unscaled; it is also the pre-softmax
+    matrix when ``tie_word_embeddings`` is set.
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None, embed_scale: float):
+        super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx)
+        self.embed_scale = embed_scale
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling() and input_ids.numel():
+            low, high = int(input_ids.min()), int(input_ids.max())
+            if low < 0 or high >= self.num_embeddings:
+                bad = high if high >= self.num_embeddings else low
+                raise ValueError(
+                    f"Token id {bad} is outside the vocabulary: ids must lie in [0, vocab_size={self.num_embeddings}). "
+                    "Was the input made with a different tokenizer?"
+                )
+        return super().forward(input_ids) * self.embed_scale
+
+
+# ------------------------------------------------------------------------------------------------
+# §3.2 Attention
+# ------------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """§3.2.1, Eq. 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, written out.
+
+    The readable reference that every fast path (SDPA, flash, flex) is tested against, and the only
+    one that returns the attention probabilities (``output_attentions=True``).
+
+    Args:
+        query: (B, H, T, Dk); key: (B, H, S, Dk); value: (B, H, S, Dv).
+        attention_mask: additive float mask broadcastable to (B, H, T, S): 0 where attending and a
+            very negative number where masked (what ``masking_utils`` builds for eager), or None.
+        scaling: the factor applied to the dot products; 1/sqrt(d_k) by default.
+        dropout: dropout on the attention probabilities (training only).
+
+    Returns:
+        (B, T, H, Dv) attention output, and (B, H, T, S) attention probabilities.
+    """
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = torch.matmul(query, key.transpose(-2, -1)) * scaling  # (B, H, T, S)
+    if attention_mask is not None:
+        scores = scores + attention_mask[..., : key.shape[-2]]
+    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = F.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value)  # (B, H, T, Dv)
+    return output.transpose(1, 2).contiguous(), probs  # (B, T, H, Dv)
+
+
+class VanillaTransformerAttention(nn.Module):
+    """§3.2.2 multi-head attention: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    The h per-head projections are stored as one matrix each (``q_proj``: D -> H*Dk, ``k_proj``:
+    D -> H*Dk, ``v_proj``: D -> H*Dv, ``out_proj`` = W^O: H*Dv -> D). §3.2.3's three uses are three
+    instances: encoder self-attention, masked (causal) decoder self-attention and encoder-decoder
+    attention (``is_cross_attention``), whose keys and values come from the encoder output and are
+    computed once per generation, then read from the cache.
+    """
+
+    def __init__(
+        self,
+        config: VanillaTransformerConfig,
+        is_causal: bool = False,
+        is_cross_attention: bool = False,
+        layer_idx: int | None = None,
+    ):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_heads
+        self.d_k = config.d_k
+        self.d_v = config.d_v
+        self.scaling = self.d_k**-0.5
+        self.attention_dropout = config.attention_dropout
+        # SDPA reads ``module.is_causal``: only masked decoder self-attention is causal (§3.2.3).
+        self.is_causal = is_causal
+        self.is_cross_attention = is_cross_attention
+        self.layer_idx = layer_idx
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=bias)
+        self.k_proj = nn.Linear(config.d_model, self.num_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(config.d_model, self.num_heads * self.d_v, bias=bias)
+        self.out_proj = nn.Linear(self.num_heads * self.d_v, config.d_model, bias=bias)
+
+    def _split_heads(self, states: torch.Tensor, head_dim: int) -> torch.Tensor:
+        return states.view(*states.shape[:-1], -1, head_dim).transpose(1, 2)  # (B, L, H*d) -> (B, H, L, d)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden_states: (B, T, D) queries; key_value_states: (B, S, D) encoder output for
+        cross-attention, else None. Returns (B, T, D) and the (B, H, T, S) probabilities or None."""
+        query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (B, H, T, Dk)
+
+        cache = past_key_values
+        if isinstance(past_key_values, EncoderDecoderCache):
+            cache = (
+                past_key_values.cross_attention_cache
+                if self.is_cross_attention
+                else past_key_values.self_attention_cache
+            )
+
+        if self.is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
+            # Encoder keys/values were projected at the first decoding step; reuse them.
+            key = cache.layers[self.layer_idx].keys  # (B, H, S, Dk)
+            value = cache.layers[self.layer_idx].values  # (B, H, S, Dv)
+        else:
+            source = key_value_states if self.is_cross_attention else hidden_states
+            key = self._split_heads(self.k_proj(source), self.d_k)  # (B, H, S, Dk)
+            value = self._split_heads(self.v_proj(source), self.d_v)  # (B, H, S, Dv)
+            if cache is not None:
+                key, value = cache.update(key, value, self.layer_idx)  # self-attn: (B, H, P+T, d)
+                if self.is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        attention_function: Callable = eager_attention_forward
+        implementation = self.config._attn_implementation
+        if implementation not in (None, "eager") and not output_attentions:
+            attention_function = ALL_ATTENTION_FUNCTIONS[implementation]
+
+        output, probs = attention_function(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.attention_dropout if self.training else 0.0,
+            scaling=self.scaling,
+        )
+        output = output.reshape(*hidden_states.shape[:-1], -1).contiguous()  # (B, T, H*Dv) = Concat(heads)
+        return self.out_proj(output), probs  # (B, T, D)
+
+
+# ------------------------------------------------------------------------------------------------
+# §3.3 Position-wise feed-forward network
+# ------------------------------------------------------------------------------------------------
+
+
+class VanillaTransformerFeedForward(nn.Module):
+    """§3.3, Eq. 2: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, applied to each position separately.
+
+    ``fc1`` is (W_1, b_1): D -> F, ``fc2`` is (W_2, b_2): F -> D. ``activation_dropout`` (0 by default,
+    not in the paper) drops the hidden units.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation = ACT2FN[config.activation]
+        self.activation_dropout = config.activation_dropout
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        hidden_states = self.activation(self.fc1(hidden_states))  # (B, T, F)
+        hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return self.fc2(hidden_states)  # (B, T, D)
+
+
+# ------------------------------------------------------------------------------------------------
+# §3.1 Encoder and decoder layers
+# ------------------------------------------------------------------------------------------------
+
+
+class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
+    """§3.1 encoder layer: a self-attention sub-layer and a feed-forward sub-layer.
+
+    Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (§3.1 with §5.4's residual
+    dropout), the paper's post-LN. ``norm_position="pre"`` gives x + Dropout(Sublayer(LayerNorm(x))).
+    """
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int | None = None):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.dropout = config.dropout
+        self.self_attn = VanillaTransformerAttention(config, is_causal=False, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VanillaTransformerFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def _sa_block(self, x, attention_mask, output_attentions):
+        x, probs = self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions)
+        return F.dropout(x, p=self.dropout, training=self.training), probs
+
+    def _ff_block(self, x):
+        return F.dropout(self.ffn(x), p=self.dropout, training=self.training)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = hidden_states  # (B, S, D)
+        if self.pre_norm:
+            attended, probs = self._sa_block(self.self_attn_layer_norm(x), attention_mask, output_attentions)
+            x = x + attended
+            x = x + self._ff_block(self.final_layer_norm(x))
+        else:
+            attended, probs = self._sa_block(x, attention_mask, output_attentions)
+            x = self.self_attn_layer_norm(x + attended)
+            x = self.final_layer_norm(x + self._ff_block(x))
+        return x, probs
+
+
+class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
+    """§3.1 decoder layer: masked self-attention, encoder-decoder attention, feed-forward.
+
+    The self-attention is causal so that position i attends only to positions < i + 1 (§3.1,
+    §3.2.3). The decoder-only model (``has_cross_attention=False``) drops the middle sub-layer.
+    """
+
+    def __init__(
+        self, config: VanillaTransformerConfig, layer_idx: int | None = None, has_cross_attention=True
+    ):
+        super().__init__()
+        self.pre_norm = config.norm_position == "pre"
+        self.dropout = config.dropout
+        self.self_attn = VanillaTransformerAttention(config, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.encoder_attn = None
+        if has_cross_attention:
+            self.encoder_attn = VanillaTransformerAttention(
+                config, is_cross_attention=True, layer_idx=layer_idx
+            )
+            self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn = VanillaTransformerFeedForward(config)
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def _sa_block(self, x, attention_mask, past_key_values, output_attentions):
+        x, probs = self.self_attn(
+            x,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        return F.dropout(x, p=self.dropout, training=self.training), probs
+
+    def _mha_block(self, x, memory, memory_mask, past_key_values, output_attentions):
+        x, probs = self.encoder_attn(
+            x,
+            key_value_states=memory,
+            attention_mask=memory_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
+        )
+        return F.dropout(x, p=self.dropout, training=self.training), probs
+
+    def _ff_block(self, x):
+        return F.dropout(self.ffn(x), p=self.dropout, training=self.training)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        output_attentions: bool = False,
+        use_cache: bool | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        x = hidden_states  # (B, T, D)
+        cross_probs = None
+        use_cross = self.encoder_attn is not None and encoder_hidden_states is not None
+        if self.pre_norm:
+            attended, self_probs = self._sa_block(
+                self.self_attn_layer_norm(x), attention_mask, past_key_values, output_attentions
+            )
+            x = x + attended
+            if use_cross:
+                attended, cross_probs = self._mha_block(
+                    self.encoder_attn_layer_norm(x),
+                    encoder_hidden_states,
+                    encoder_attention_mask,
+                    past_key_values,
+                    output_attentions,
+                )
+                x = x + attended
+            x = x + self._ff_block(self.final_layer_norm(x))
+        else:
+            attended, self_probs = self._sa_block(x, attention_mask, past_key_values, output_attentions)
+            x = self.self_attn_layer_norm(x + attended)
+            if use_cross:
+                attended, cross_probs = self._mha_block(
+                    x, encoder_hidden_states, encoder_attention_mask, past_key_values, output_attentions
+                )
+                x = self.encoder_attn_layer_norm(x + attended)
+            x = self.final_layer_norm(x + self._ff_block(x))
+        return x, self_probs, cross_probs
+
+
+# ------------------------------------------------------------------------------------------------
+# Stacks
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_attention_outputs(config: VanillaTransformerConfig, output_attentions: bool) -> None:
+    implementation = config._attn_implementation
+    if output_attentions and implementation not in (None, "eager"):
+        raise ValueError(
+            f"`output_attentions=True` needs the eager attention reference, but the model uses "
+            f"attn_implementation={implementation!r}, which never materialises the probabilities. Load it "
+            "with `attn_implementation='eager'` or call `model.set_attn_implementation('eager')`."
+        )
+
+
+def _check_tokens_or_embeds(input_ids, inputs_embeds, name: str) -> None:
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Pass exactly one of `{name}input_ids` and `{name}inputs_embeds`.")
+    if input_ids is not None and input_ids.dim() != 2:
+        raise ValueError(f"`{name}input_ids` must have shape (batch, length), got {tuple(input_ids.shape)}.")
+
+
+class VanillaTransformerEncoder(nn.Module):
+    """§3.1 encoder: N identical layers over the embedded source, (x * sqrt(D) + PE) then dropout (§5.4).
+
+    In post-LN mode there is no final LayerNorm (each layer already ends in one); pre-LN adds one.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: VanillaTransformerEmbedding):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = embed_tokens
+        self.embed_positions = VanillaTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList(
+            [VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.num_encoder_layers)]
+        )
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = False,
+        output_hidden_states: bool | None = False,
+        return_dict: bool = True,
+    ) -> BaseModelOutput | tuple:
+        """Source ids (B, S) and 2-D padding mask -> final encoder states (B, S, D), "the memory"."""
+        output_attentions, output_hidden_states = bool(output_attentions), bool(output_hidden_states)
+        _check_tokens_or_embeds(input_ids, inputs_embeds, "")
+        _check_attention_outputs(self.config, output_attentions)
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, S, D), already x sqrt(D)
+        batch_size, length = inputs_embeds.shape[:2]
+        positions = position_ids_from_mask(attention_mask, length, 0, inputs_embeds.device)
+        hidden_states = inputs_embeds + self.embed_positions(positions, inputs_embeds.dtype)
+        hidden_states = F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+        mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )  # None, or (B, 1, S, S) in the attention function's format
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, probs = layer(hidden_states, mask, output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (probs,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        outputs = BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+        return outputs if return_dict else outputs.to_tuple()
+
+
+class VanillaTransformerDecoder(nn.Module):
+    """§3.1 decoder: N identical layers over the embedded, right-shifted target.
+
+    With ``has_cross_attention=False`` it is the decoder-only (GPT-style) stack.
+    """
+
+    def __init__(
+        self,
+        config: VanillaTransformerConfig,
+        embed_tokens: VanillaTransformerEmbedding,
+        has_cross_attention: bool = True,
+    ):
+        super().__init__()
+        self.config = config
+        self.has_cross_attention = has_cross_attention
+        self.embed_tokens = embed_tokens
+        self.embed_positions = VanillaTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList(
+            [
+                VanillaTransformerDecoderLayer(config, layer_idx=i, has_cross_attention=has_cross_attention)
+                for i in range(config.num_decoder_layers)
+            ]
+        )
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        _check_tokens_or_embeds(input_ids, inputs_embeds, "decoder_" if self.has_cross_attention else "")
+        _check_attention_outputs(self.config, output_attentions)
+        if self.has_cross_attention and encoder_hidden_states is None:
+            raise ValueError("The encoder-decoder model's decoder needs `encoder_hidden_states`.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # (B, T, D), already x sqrt(D)
+        batch_size, length = inputs_embeds.shape[:2]
+
+        if use_cache and past_key_values is None:
+            past_key_values = (
+                EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+                if self.has_cross_attention
+                else DynamicCache(config=self.config)
+            )
+        self_attention_cache = (
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
+        )
+        past_length = self_attention_cache.get_seq_length() if self_attention_cache is not None else 0
+
+        if position_ids is None:
+            positions_mask = attention_mask if not self.has_cross_attention else None
+            position_ids = position_ids_from_mask(positions_mask, length, past_length, inputs_embeds.device)
+        hidden_states = inputs_embeds + self.embed_positions(position_ids, inputs_embeds.dtype)
+        hidden_states = F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=self_attention_cache,
+        )  # None (SDPA's is_causal serves), or (B, 1, T, P+T)
+        memory_mask = None
+        if self.has_cross_attention:
+            memory_mask = create_bidirectional_mask(
+                config=self.config,
+                inputs_embeds=inputs_embeds,
+                attention_mask=encoder_attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+            )  # None, or (B, 1, T, S)
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_self_attentions = () if output_attentions else None
+        all_cross_attentions = () if output_attentions and self.has_cross_attention else None
+        for layer in self.layers:
+            hidden_states, self_probs, cross_probs = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,
+                encoder_attention_mask=memory_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+                use_cache=use_cache,
+            )
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_self_attentions += (self_probs,)
+                if self.has_cross_attention:
+                    all_cross_attentions += (cross_probs,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden_states,
+            attentions=all_self_attentions,
+            cross_attentions=all_cross_attentions,
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# Pre-trained model base: weight initialisation and tying
+# ------------------------------------------------------------------------------------------------
+
+
+class VanillaTransformerPreTrainedModel(PreTrainedModel):
+    """Weight initialisation, tying and the HF plumbing shared by every model class.
+
+    Initialisation (not specified by the paper): Xavier-uniform linear weights and zero biases,
+    as tensor2tensor and the Annotated Transformer do; embeddings N(0, d_model^-0.5), so that after
+    the sqrt(d_model) scale of §3.4 they have unit variance.
+    """
+
+    config_class = VanillaTransformerConfig
+    config: VanillaTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    _supports_attention_backend = True
+    _can_compile_fullgraph = False
+    _keys_to_ignore_on_load_unexpected = [r"\.embed_positions\.weight$"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.embedding_init_std)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, VanillaTransformerPositionalEncoding) and module.learned:
+            init.normal_(module.weight, mean=0.0, std=self.config.embedding_init_std)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+    def _paper_tied_weights(self) -> dict[str, str]:
+        """{tied parameter: source parameter} that this class (not its sub-models) declares."""
+        return {}
+
+    @property
+    def _tied_weights_keys(self) -> dict[str, str]:  # read by transformers when saving and tying
+        return self._paper_tied_weights()
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """§3.4's weight sharing, read from the config.
+
+        transformers ties nothing when ``tie_word_embeddings`` is False; the paper's two sharings are
+        independent flags here (``share_embeddings``: source = target embedding;
+        ``tie_word_embeddings``: pre-softmax matrix = target embedding), so we answer ourselves.
+        """
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return self._paper_tied_weights()
+
+
+def _variant_config(config: VanillaTransformerConfig, is_decoder: bool, model_name: str):
+    """The config of a one-stack model; a seq2seq config is copied (never mutated) and switched."""
+    if not config.is_encoder_decoder and config.is_decoder == is_decoder:
+        return config
+    logger.info(
+        f"{model_name} uses a single stack: setting is_encoder_decoder=False, is_decoder={is_decoder}."
+    )
+    config = copy.deepcopy(config)
+    config.is_encoder_decoder = False
+    config.is_decoder = is_decoder
+    return config
+
+
+class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
+    """The bare Transformer (§3, Figure 1), outputting hidden states.
+
+    The stacks it holds follow the config: encoder and decoder (``is_encoder_decoder=True``), the
+    encoder alone (``is_encoder_decoder=False``), or the decoder alone without cross-attention
+    (``is_encoder_decoder=False, is_decoder=True``). Every head model wraps one as ``self.model``,
+    so parameter names are the same in all variants (``model.encoder.layers.0.self_attn.q_proj``).
+    """
+
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config)
+        has_encoder = config.is_encoder_decoder or not config.is_decoder
+        has_decoder = config.is_encoder_decoder or config.is_decoder
+        embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+
+        def embedding():
+            return VanillaTransformerEmbedding(
+                config.vocab_size, config.d_model, config.pad_token_id, embed_scale
+            )
+
+        self.encoder = VanillaTransformerEncoder(config, embedding()) if has_encoder else None
+        self.decoder = (
+            VanillaTransformerDecoder(config, embedding(), has_cross_attention=config.is_encoder_decoder)
+            if has_decoder
+            else None
+        )
+        self.post_init()
+
+    def _paper_tied_weights(self) -> dict[str, str]:
+        if self.encoder is not None and self.decoder is not None and self.config.share_embeddings:
+            return {"decoder.embed_tokens.weight": "encoder.embed_tokens.weight"}
+        return {}
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return (self.encoder or self.decoder).embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.encoder is not None:
+            self.encoder.embed_tokens = value
+        if self.decoder is not None and (self.encoder is None or self.config.share_embeddings):
+            self.decoder.embed_tokens = value
+
+    def get_encoder(self):
+        return self.encoder
+
+    def get_decoder(self):
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput | BaseModelOutput | BaseModelOutputWithPastAndCrossAttentions | tuple:
+        """Encoder-decoder: source ``input_ids`` (B, S) and target ``decoder_input_ids`` (B, T).
+        Encoder-only or decoder-only: ``input_ids`` (B, T) alone. Masks are 2-D, 1 = attend."""
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+
+        if self.decoder is None:  # encoder only (BERT-style)
+            outputs = self.encoder(
+                input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states
+            )
+            return outputs if return_dict else outputs.to_tuple()
+
+        use_cache = (self.config.use_cache and not self.training) if use_cache is None else use_cache
+        if self.encoder is None:  # decoder only (GPT-style)
+            outputs = self.decoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                past_key_values=past_key_values,
+                inputs_embeds=inputs_embeds,
+                position_ids=position_ids,
+                use_cache=use_cache,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
+            return outputs if return_dict else outputs.to_tuple()
+
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            position_ids=position_ids,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        outputs = Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return outputs if return_dict else outputs.to_tuple()
+
+
+# ------------------------------------------------------------------------------------------------
+# Heads
+# ------------------------------------------------------------------------------------------------
+
+
+def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfig:
+    """§6.1 decoding: beam search with beam size 4 and length penalty alpha = 0.6 (Wu et al., 2016),
+    output length bounded by input length + 50 (``max_new_tokens_over_source``), stopping a beam
+    search when enough hypotheses are finished."""
+    generation_config = GenerationConfig.from_model_config(config)
+    generation_config.num_beams = 4
+    generation_config.length_penalty = 0.6
+    generation_config.early_stopping = True
+    generation_config.max_new_tokens_over_source = 50
+    return generation_config
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing (§3.1): the decoder input is the target shifted one position right, starting
+    with the start token; -100 (ignored label) becomes padding."""
+    if decoder_start_token_id is None:
+        raise ValueError("`config.decoder_start_token_id` must be set to shift labels into decoder inputs.")
+    shifted = labels.new_zeros(labels.shape)
+    shifted[:, 1:] = labels[:, :-1].clone()
+    shifted[:, 0] = decoder_start_token_id
+    if pad_token_id is None:
+        raise ValueError(
+            "`config.pad_token_id` must be set to replace ignored labels (-100) in decoder inputs."
+        )
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def label_smoothed_nll_loss(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """§5.4 label smoothing: cross-entropy against (1 - eps) * one-hot + eps / V, labels -100 ignored.
+
+    The mean is over non-ignored tokens, or the sum divided by ``num_items_in_batch`` when the
+    Trainer passes it (exact averaging across gradient-accumulation steps).
+    """
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"`labels` shape {tuple(labels.shape)} does not match logits {tuple(logits.shape[:-1])}."
+        )
+    flat_logits = logits.reshape(-1, logits.size(-1)).float()  # (B*T, V)
+    flat_labels = labels.reshape(-1).to(flat_logits.device)  # (B*T,)
+    if num_items_in_batch is None:
+        return F.cross_entropy(flat_logits, flat_labels, ignore_index=-100, label_smoothing=epsilon)
+    total = F.cross_entropy(
+        flat_logits, flat_labels, ignore_index=-100, label_smoothing=epsilon, reduction="sum"
+    )
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch
+
+
+class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The Transformer for sequence-to-sequence tasks (translation): the encoder-decoder with the
+    pre-softmax linear transformation (§3.4), tied to the embeddings by default, and ``generate()``
+    with the §6.1 defaults (beam 4, length penalty 0.6, max length input + 50)."""
+
+    _keys_to_ignore_on_load_missing = [r"^lm_head\.weight$"]
+
+    def __init__(self, config: VanillaTransformerConfig):
+        if not config.is_encoder_decoder:
+            raise ValueError(
+                "VanillaTransformerForConditionalGeneration needs `is_encoder_decoder=True`; use "
+                "VanillaTransformerForCausalLM or VanillaTransformerForSequenceClassification for one stack."
+            )
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+        self.generation_config = paper_generation_config(config)
+
+    def _paper_tied_weights(self) -> dict[str, str]:
+        if not self.config.tie_word_embeddings:
+            return {}
+        source = "encoder" if self.config.share_embeddings else "decoder"
+        return {"lm_head.weight": f"model.{source}.embed_tokens.weight"}
+
+    def get_encoder(self):
+        return self.model.encoder
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @torch.no_grad()
+    def generate(
+        self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, **kwargs
+    ):
+        """``GenerationMixin.generate`` with §6.1's length bound: unless ``max_new_tokens`` or
+        ``max_length`` is given (as an argument or in the generation config), the output may be as long
+        as the longest source sentence of the batch + ``generation_config.max_new_tokens_over_source``
+        (50 by default)."""
+        config = generation_config if generation_config is not None else self.generation_config
+        offset = getattr(config, "max_new_tokens_over_source", None)
+        user_bound = "max_new_tokens" in kwargs or "max_length" in kwargs
+        config_bound = config.max_new_tokens is not None or config.max_length not in (None, 20)
+        source = inputs if inputs is not None else kwargs.get("input_ids")
+        if (
+            offset is not None
+            and not user_bound
+            and not config_bound
+            and source is not None
+            and source.dim() == 2
+        ):
+            mask = kwargs.get("attention_mask")
+            length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
+            kwargs["max_new_tokens"] = length + offset
+        return super().generate(inputs, generation_config=generation_config, **kwargs)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput | tuple:
+        """``labels`` (B, T): target ids, -100 where ignored; shifted right into ``decoder_input_ids``
+        when those are not given. The loss is label-smoothed with ``config.label_smoothing``."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden_states = outputs.last_hidden_state
+        if logits_to_keep:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        logits = self.lm_head(hidden_states)  # (B, T, V): the pre-softmax linear transformation
+        loss = None
+        if labels is not None:
+            loss = label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
+    """The decoder stack alone, without encoder-decoder attention: a GPT-style language model.
+
+    Built from a config with ``is_encoder_decoder=False, is_decoder=True`` (a seq2seq config is
+    copied and switched). The loss is next-token cross-entropy, label-smoothed per the config.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig):
+        config = _variant_config(config, is_decoder=True, model_name=type(self).__name__)
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.post_init()
+
+    def _paper_tied_weights(self) -> dict[str, str]:
+        return (
+            {"lm_head.weight": "model.decoder.embed_tokens.weight"} if self.config.tie_word_embeddings else {}
+        )
+
+    def get_decoder(self):
+        return self.model.decoder
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int = 0,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast | tuple:
+        """``labels`` (B, T) are the inputs themselves (shifted inside, as in GPT-2); -100 is ignored."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden_states = outputs.last_hidden_state
+        if logits_to_keep:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        logits = self.lm_head(hidden_states)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            loss = label_smoothed_nll_loss(
+                logits[:, :-1], labels[:, 1:], self.config.label_smoothing, num_items_in_batch
+            )
+        output = CausalLMOutputWithPast(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
+    """The encoder stack alone with a classification head (not in the paper; BERT's use of its half).
+
+    Pooling is padding-aware: the mean of the real tokens' final states (``classifier_pooling="mean"``)
+    or the first token's (``"first"``). Single-label, multi-label and regression losses follow
+    ``config.problem_type``, inferred from the labels when unset (as in transformers' BERT).
+    """
+
+    def __init__(self, config: VanillaTransformerConfig):
+        config = _variant_config(config, is_decoder=False, model_name=type(self).__name__)
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = VanillaTransformerModel(config)
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.dropout
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """(B, S, D) final encoder states -> (B, D), ignoring padding."""
+        if self.config.classifier_pooling == "first":
+            return hidden_states[:, 0]
+        if attention_mask is None:
+            return hidden_states.mean(dim=1)
+        weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)  # (B, S, 1)
+        return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> SequenceClassifierOutput | tuple:
+        """``labels``: (B,) class ids, (B, num_labels) multi-hot floats, or (B,)/(B, num_labels) targets
+        for regression."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        pooled = self.pool(outputs.last_hidden_state, attention_mask)  # (B, D)
+        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+        loss = self.classification_loss(logits, labels) if labels is not None else None
+        output = SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+    def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        problem_type = self.config.problem_type
+        if problem_type is None:
+            if self.num_labels == 1:
+                problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                problem_type = "single_label_classification"
+            else:
+                problem_type = "multi_label_classification"
+        labels = labels.to(logits.device)
+        if problem_type == "regression":
+            if self.num_labels == 1:
+                return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+            return F.mse_loss(logits, labels.to(logits.dtype))
+        if problem_type == "single_label_classification":
+            valid = labels[labels != -100]
+            if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= self.num_labels):
+                raise ValueError(
+                    f"Label {int(valid.max()) if int(valid.max()) >= self.num_labels else int(valid.min())} "
+                    f"is outside [0, num_labels={self.num_labels})."
+                )
+            return F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
+__all__ = [
+    "VanillaTransformerPreTrainedModel",
+    "VanillaTransformerModel",
+    "VanillaTransformerForConditionalGeneration",
+    "VanillaTransformerForCausalLM",
+    "VanillaTransformerForSequenceClassification",
+    "eager_attention_forward",
+    "sinusoidal_position_encoding",
+    "shift_tokens_right",
+    "label_smoothed_nll_loss",
+]
