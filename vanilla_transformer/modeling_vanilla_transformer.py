@@ -257,11 +257,9 @@ class VanillaTransformerAttention(nn.Module):
                 if self.is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
 
-        attention_function: Callable = eager_attention_forward
-        implementation = self.config._attn_implementation
-        if implementation not in (None, "eager") and not output_attentions:
-            attention_function = ALL_ATTENTION_FUNCTIONS[implementation]
-
+        # Eager is the readable reference and the only path that returns the probabilities.
+        implementation = "eager" if output_attentions else self.config._attn_implementation
+        attention_function: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         output, probs = attention_function(
             self,
             query,

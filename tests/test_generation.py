@@ -1,0 +1,79 @@
+"""generate(): KV cache equals no cache for greedy, beam and sampling; §6.1 defaults."""
+
+import pytest
+import torch
+from conftest import EOS, PAD, decoder_only_config, random_ids, tiny_config
+
+from vanilla_transformer import VanillaTransformerForCausalLM, VanillaTransformerForConditionalGeneration
+
+MODES = {
+    "greedy": dict(num_beams=1, do_sample=False),
+    "beam": dict(num_beams=3, do_sample=False),
+    "sample": dict(num_beams=1, do_sample=True, top_k=20),
+}
+
+
+def _generate(model, inputs, use_cache, mode):
+    torch.manual_seed(1234)  # the same random stream for both sampling runs
+    return model.generate(**inputs, max_new_tokens=8, use_cache=use_cache, **MODES[mode])
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_seq2seq_cache_equals_no_cache(mode):
+    model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+    source = random_ids(3, 6)
+    source[2, 4:] = PAD
+    inputs = {"input_ids": source, "attention_mask": (source != PAD).long()}
+    assert torch.equal(_generate(model, inputs, True, mode), _generate(model, inputs, False, mode))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_causal_lm_cache_equals_no_cache(mode):
+    model = VanillaTransformerForCausalLM(decoder_only_config()).eval()
+    prompt = random_ids(2, 4)
+    inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    assert torch.equal(_generate(model, inputs, True, mode), _generate(model, inputs, False, mode))
+
+
+def test_step_by_step_decoding_with_cache_equals_full_forward():
+    model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+    source, target = random_ids(2, 5), random_ids(2, 6, seed=4)
+    full = model(input_ids=source, decoder_input_ids=target).logits
+    encoder_outputs = model.get_encoder()(input_ids=source)
+    past, steps = None, []
+    for t in range(target.shape[1]):
+        out = model(
+            encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], past_key_values=past, use_cache=True
+        )
+        past = out.past_key_values
+        steps.append(out.logits)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    # Encoder-decoder keys/values were projected once and kept: S positions, not T.
+    assert past.cross_attention_cache.layers[0].keys.shape[-2] == source.shape[1]
+    assert past.self_attention_cache.get_seq_length() == target.shape[1]
+
+
+def test_left_padded_batch_generates_like_single_prompts():
+    model = VanillaTransformerForCausalLM(decoder_only_config()).eval()
+    short, long = random_ids(1, 3, seed=1), random_ids(1, 5, seed=2)
+    batch = torch.cat([torch.cat([torch.full((1, 2), PAD), short], dim=1), long])
+    out = model.generate(input_ids=batch, attention_mask=(batch != PAD).long(), max_new_tokens=5, do_sample=False)
+    alone = model.generate(input_ids=short, max_new_tokens=5, do_sample=False)
+    assert torch.equal(out[0, 2:], alone[0])
+
+
+def test_paper_generation_defaults():
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    config = model.generation_config
+    assert (config.num_beams, config.length_penalty) == (4, 0.6)  # §6.1
+    assert config.max_new_tokens_over_source == 50
+    assert (config.decoder_start_token_id, config.eos_token_id, config.pad_token_id) == (1, EOS, PAD)
+
+
+def test_output_length_is_bounded_by_input_length_plus_50():
+    model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+    source = random_ids(2, 7)
+    source[1, 3:] = PAD
+    out = model.generate(input_ids=source, attention_mask=(source != PAD).long(), suppress_tokens=[EOS], num_beams=2)
+    assert out.shape[1] == 1 + 7 + 50  # start token + longest real source + 50
+    assert model.generate(input_ids=source, max_new_tokens=3, suppress_tokens=[EOS]).shape[1] == 4

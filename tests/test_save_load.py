@@ -1,0 +1,148 @@
+"""save_pretrained / from_pretrained, Auto classes, and remote code loaded without the package."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from conftest import decoder_only_config, encoder_only_config, random_ids, tiny_config
+from safetensors.torch import load_file
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+)
+
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForCausalLM,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForSequenceClassification,
+    VanillaTransformerModel,
+)
+
+CASES = [
+    (VanillaTransformerForConditionalGeneration, AutoModelForSeq2SeqLM, tiny_config),
+    (VanillaTransformerForSequenceClassification, AutoModelForSequenceClassification, encoder_only_config),
+    (VanillaTransformerForCausalLM, AutoModelForCausalLM, decoder_only_config),
+    (VanillaTransformerModel, AutoModel, tiny_config),
+]
+
+
+def _inputs(model):
+    inputs = {"input_ids": random_ids(2, 6)}
+    if model.config.is_encoder_decoder:
+        inputs["decoder_input_ids"] = random_ids(2, 4, seed=1)
+    return inputs
+
+
+@pytest.mark.parametrize("model_class, auto_class, make_config", CASES)
+def test_save_load_gives_identical_outputs(tmp_path, model_class, auto_class, make_config):
+    model = model_class(make_config(position_encoding="learned")).eval()
+    inputs = _inputs(model)
+    expected = model(**inputs)[0]
+    model.save_pretrained(tmp_path)
+    assert (tmp_path / "model.safetensors").is_file()
+    assert {"configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"} <= {p.name for p in tmp_path.iterdir()}
+    loaded, info = model_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    torch.testing.assert_close(loaded.eval()(**inputs)[0], expected)
+    via_auto = auto_class.from_pretrained(tmp_path).eval()
+    assert type(via_auto) is model_class
+    torch.testing.assert_close(via_auto(**inputs)[0], expected)
+
+
+def test_tied_weights_are_stored_once_and_tied_after_loading(tmp_path):
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    model.save_pretrained(tmp_path)
+    stored = load_file(tmp_path / "model.safetensors")
+    embedding_keys = [k for k in stored if "embed_tokens" in k or "lm_head" in k]
+    assert embedding_keys == ["model.encoder.embed_tokens.weight"]
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    assert loaded.lm_head.weight is loaded.model.encoder.embed_tokens.weight
+    assert loaded.model.decoder.embed_tokens.weight is loaded.model.encoder.embed_tokens.weight
+
+
+def test_auto_map_and_generation_config_are_written(tmp_path):
+    VanillaTransformerForConditionalGeneration(tiny_config()).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "vanilla_transformer"
+    assert config["auto_map"]["AutoConfig"] == "configuration_vanilla_transformer.VanillaTransformerConfig"
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"].endswith("VanillaTransformerForConditionalGeneration")
+    generation = json.loads((tmp_path / "generation_config.json").read_text())
+    assert (generation["num_beams"], generation["length_penalty"]) == (4, 0.6)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), VanillaTransformerConfig)
+
+
+def test_classifier_checkpoint_loads_into_auto_model_as_encoder_only(tmp_path):
+    classifier = VanillaTransformerForSequenceClassification(encoder_only_config()).eval()
+    classifier.save_pretrained(tmp_path)
+    base = AutoModel.from_pretrained(tmp_path).eval()
+    ids = random_ids(2, 5)
+    torch.testing.assert_close(base(input_ids=ids).last_hidden_state, classifier.model(input_ids=ids).last_hidden_state)
+
+
+REMOTE_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    sys.modules["vanilla_transformer"] = None  # the package must not be importable here
+    import torch
+    from transformers import {auto}
+    folder = sys.argv[1]
+    model = {auto}.from_pretrained(folder, trust_remote_code=True).eval()
+    assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+    inputs = torch.load(folder + "/inputs.pt")
+    expected = torch.load(folder + "/expected.pt")
+    torch.testing.assert_close(model(**inputs)[0], expected)
+    if {generate}:
+        tokens = model.generate(input_ids=inputs["input_ids"], max_new_tokens=4, num_beams=2)
+        assert torch.equal(tokens, torch.load(folder + "/tokens.pt")), tokens
+    print("remote code OK", type(model).__name__)
+    """
+)
+
+
+@pytest.mark.parametrize("model_class, auto_class, make_config", CASES[:3])
+def test_remote_code_loads_without_the_package(tmp_path, model_class, auto_class, make_config):
+    model = model_class(make_config()).eval()
+    model.save_pretrained(tmp_path)
+    inputs = _inputs(model)
+    torch.save(inputs, tmp_path / "inputs.pt")
+    torch.save(model(**inputs)[0], tmp_path / "expected.pt")
+    generate = model.can_generate()
+    if generate:
+        torch.save(model.generate(input_ids=inputs["input_ids"], max_new_tokens=4, num_beams=2), tmp_path / "tokens.pt")
+    script = REMOTE_SCRIPT.format(auto=auto_class.__name__, generate=generate)
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "remote code OK" in result.stdout
+
+
+def test_remote_code_files_import_only_torch_transformers_and_each_other():
+    import ast
+    from pathlib import Path
+
+    import vanilla_transformer
+
+    folder = Path(vanilla_transformer.__file__).parent
+    for name in ("configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"):
+        tree = ast.parse((folder / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                roots = {"." if node.level else node.module.split(".")[0]}
+            else:
+                continue
+            assert roots <= {"torch", "transformers", ".", "__future__", "math", "copy", "collections"}, (name, roots)
