@@ -25,7 +25,9 @@ class _Module(torch.nn.Module):
 
 def _attend(q, k, v, scaling, mask=None, function=eager_attention_forward):
     """Run an attention function on (T, d) matrices as one batch with one head."""
-    output, probs = function(_Module().eval(), q[None, None], k[None, None], v[None, None], mask, scaling=scaling)
+    output, probs = function(
+        _Module().eval(), q[None, None], k[None, None], v[None, None], mask, scaling=scaling
+    )
     return output[0, :, 0], probs
 
 

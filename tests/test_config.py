@@ -30,7 +30,13 @@ def test_presets_are_table_3_rows(preset, d_model, d_ff, heads, dropout, expecte
     import torch
 
     config = VanillaTransformerConfig.from_preset(preset, vocab_size=37000)
-    assert (config.d_model, config.d_ff, config.num_heads, config.d_k, config.d_v) == (d_model, d_ff, heads, 64, 64)
+    assert (config.d_model, config.d_ff, config.num_heads, config.d_k, config.d_v) == (
+        d_model,
+        d_ff,
+        heads,
+        64,
+        64,
+    )
     assert (config.num_encoder_layers, config.num_decoder_layers) == (6, 6)
     assert (config.dropout, config.label_smoothing) == (dropout, 0.1)
     assert config.norm_position == "post" and config.position_encoding == "sinusoidal"
@@ -59,7 +65,9 @@ def test_hf_aliases_read_and_write_paper_fields():
 def test_num_hidden_layers_counts_the_generating_stack():
     seq2seq = VanillaTransformerConfig(num_encoder_layers=6, num_decoder_layers=2)
     assert seq2seq.num_hidden_layers == 2  # caches are built per decoder layer
-    decoder_only = VanillaTransformerConfig(num_encoder_layers=6, num_decoder_layers=3, is_encoder_decoder=False, is_decoder=True)
+    decoder_only = VanillaTransformerConfig(
+        num_encoder_layers=6, num_decoder_layers=3, is_encoder_decoder=False, is_decoder=True
+    )
     assert decoder_only.num_hidden_layers == 3
     encoder_only = VanillaTransformerConfig(num_encoder_layers=5, is_encoder_decoder=False)
     assert encoder_only.num_hidden_layers == 5
@@ -104,7 +112,9 @@ def test_decoder_only_flag_conflicts_with_encoder_decoder():
         VanillaTransformerConfig(is_decoder=True, is_encoder_decoder=True)
 
 
-@pytest.mark.parametrize("shape", [{}, {"is_encoder_decoder": False}, {"is_encoder_decoder": False, "is_decoder": True}])
+@pytest.mark.parametrize(
+    "shape", [{}, {"is_encoder_decoder": False}, {"is_encoder_decoder": False, "is_decoder": True}]
+)
 def test_round_trip_through_json(tmp_path, shape):
     config = tiny_config(d_k=8, position_encoding="learned", norm_position="pre", **shape)
     config.save_pretrained(tmp_path)

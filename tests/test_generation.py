@@ -43,7 +43,10 @@ def test_step_by_step_decoding_with_cache_equals_full_forward():
     past, steps = None, []
     for t in range(target.shape[1]):
         out = model(
-            encoder_outputs=encoder_outputs, decoder_input_ids=target[:, t : t + 1], past_key_values=past, use_cache=True
+            encoder_outputs=encoder_outputs,
+            decoder_input_ids=target[:, t : t + 1],
+            past_key_values=past,
+            use_cache=True,
         )
         past = out.past_key_values
         steps.append(out.logits)
@@ -57,7 +60,9 @@ def test_left_padded_batch_generates_like_single_prompts():
     model = VanillaTransformerForCausalLM(decoder_only_config()).eval()
     short, long = random_ids(1, 3, seed=1), random_ids(1, 5, seed=2)
     batch = torch.cat([torch.cat([torch.full((1, 2), PAD), short], dim=1), long])
-    out = model.generate(input_ids=batch, attention_mask=(batch != PAD).long(), max_new_tokens=5, do_sample=False)
+    out = model.generate(
+        input_ids=batch, attention_mask=(batch != PAD).long(), max_new_tokens=5, do_sample=False
+    )
     alone = model.generate(input_ids=short, max_new_tokens=5, do_sample=False)
     assert torch.equal(out[0, 2:], alone[0])
 
@@ -74,6 +79,8 @@ def test_output_length_is_bounded_by_input_length_plus_50():
     model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
     source = random_ids(2, 7)
     source[1, 3:] = PAD
-    out = model.generate(input_ids=source, attention_mask=(source != PAD).long(), suppress_tokens=[EOS], num_beams=2)
+    out = model.generate(
+        input_ids=source, attention_mask=(source != PAD).long(), suppress_tokens=[EOS], num_beams=2
+    )
     assert out.shape[1] == 1 + 7 + 50  # start token + longest real source + 50
     assert model.generate(input_ids=source, max_new_tokens=3, suppress_tokens=[EOS]).shape[1] == 4

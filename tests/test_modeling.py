@@ -63,7 +63,9 @@ def test_post_ln_sublayer_wiring_is_layernorm_of_x_plus_sublayer():
     expected = layer.final_layer_norm(middle + layer.ffn(middle))
     torch.testing.assert_close(layer(x)[0], expected)
     ffn = layer.ffn  # Eq. 2: max(0, x W1 + b1) W2 + b2
-    torch.testing.assert_close(ffn(x), F.linear(torch.relu(F.linear(x, ffn.fc1.weight, ffn.fc1.bias)), ffn.fc2.weight, ffn.fc2.bias))
+    torch.testing.assert_close(
+        ffn(x), F.linear(torch.relu(F.linear(x, ffn.fc1.weight, ffn.fc1.bias)), ffn.fc2.weight, ffn.fc2.bias)
+    )
 
 
 def test_three_way_weight_tying():
@@ -125,7 +127,9 @@ def test_source_padding_changes_nothing(implementation):
     padded, mask = pad_right(source, 3)
     out = model(input_ids=padded, attention_mask=mask, decoder_input_ids=target)
     torch.testing.assert_close(out.logits, reference.logits, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(out.encoder_last_hidden_state[:, :5], reference.encoder_last_hidden_state, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out.encoder_last_hidden_state[:, :5], reference.encoder_last_hidden_state, atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("implementation", ["sdpa", "eager"])
@@ -134,9 +138,13 @@ def test_classifier_ignores_padding_left_or_right(implementation):
     ids = random_ids(3, 6)
     reference = model(input_ids=ids).logits
     right, right_mask = pad_right(ids, 4)
-    torch.testing.assert_close(model(input_ids=right, attention_mask=right_mask).logits, reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        model(input_ids=right, attention_mask=right_mask).logits, reference, atol=1e-5, rtol=1e-5
+    )
     left = torch.cat([torch.full((3, 2), PAD), ids], dim=1)
-    torch.testing.assert_close(model(input_ids=left, attention_mask=(left != PAD).long()).logits, reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        model(input_ids=left, attention_mask=(left != PAD).long()).logits, reference, atol=1e-5, rtol=1e-5
+    )
 
 
 def test_causal_lm_ignores_left_padding():
@@ -156,8 +164,12 @@ def test_all_padding_row_gives_finite_outputs(implementation):
         input_ids=ids, attention_mask=mask, decoder_input_ids=ids, decoder_attention_mask=mask
     )
     assert torch.isfinite(out.logits).all() and torch.isfinite(out.encoder_last_hidden_state).all()
-    assert torch.isfinite(classifier(attn_implementation=implementation)(input_ids=ids, attention_mask=mask).logits).all()
-    assert torch.isfinite(causal_lm(attn_implementation=implementation)(input_ids=ids, attention_mask=mask).logits).all()
+    assert torch.isfinite(
+        classifier(attn_implementation=implementation)(input_ids=ids, attention_mask=mask).logits
+    ).all()
+    assert torch.isfinite(
+        causal_lm(attn_implementation=implementation)(input_ids=ids, attention_mask=mask).logits
+    ).all()
 
 
 def test_batch_equals_one_by_one():
@@ -166,7 +178,9 @@ def test_batch_equals_one_by_one():
     target = random_ids(1, 4, seed=9)
     width = max(s.shape[1] for s in sources)
     batch = torch.cat([pad_right(s, width - s.shape[1])[0] for s in sources])
-    logits = model(input_ids=batch, attention_mask=(batch != PAD).long(), decoder_input_ids=target.repeat(3, 1)).logits
+    logits = model(
+        input_ids=batch, attention_mask=(batch != PAD).long(), decoder_input_ids=target.repeat(3, 1)
+    ).logits
     for row, source in enumerate(sources):
         single = model(input_ids=source, decoder_input_ids=target).logits
         torch.testing.assert_close(logits[row : row + 1], single, atol=1e-5, rtol=1e-5)
@@ -197,10 +211,14 @@ def test_output_attentions_and_hidden_states():
     assert len(out.encoder_attentions) == 2 and out.encoder_attentions[0].shape == (2, 4, 6, 6)
     assert len(out.decoder_attentions) == 2 and out.decoder_attentions[0].shape == (2, 4, 4, 4)
     assert len(out.cross_attentions) == 2 and out.cross_attentions[0].shape == (2, 4, 4, 6)
-    assert len(out.encoder_hidden_states) == 3 and len(out.decoder_hidden_states) == 3  # embeddings + N layers
+    assert (
+        len(out.encoder_hidden_states) == 3 and len(out.decoder_hidden_states) == 3
+    )  # embeddings + N layers
     torch.testing.assert_close(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
     with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        seq2seq(attn_implementation="sdpa")(input_ids=source, decoder_input_ids=target, output_attentions=True)
+        seq2seq(attn_implementation="sdpa")(
+            input_ids=source, decoder_input_ids=target, output_attentions=True
+        )
 
 
 # -- loss ----------------------------------------------------------------------------------------------
@@ -233,7 +251,10 @@ def test_labels_are_shifted_right_into_decoder_inputs():
     decoder_inputs = torch.tensor([[BOS, 10, 11, 12], [BOS, 20, 21, EOS]])
     explicit = model(input_ids=source, decoder_input_ids=decoder_inputs)
     torch.testing.assert_close(by_labels.logits, explicit.logits)
-    assert torch.equal(model.prepare_decoder_input_ids_from_labels(labels), torch.tensor([[BOS, 10, 11, 12], [BOS, 20, 21, EOS]]))
+    assert torch.equal(
+        model.prepare_decoder_input_ids_from_labels(labels),
+        torch.tensor([[BOS, 10, 11, 12], [BOS, 20, 21, EOS]]),
+    )
 
 
 def test_causal_lm_loss_predicts_the_next_token():
@@ -248,7 +269,12 @@ def test_causal_lm_loss_predicts_the_next_token():
     "problem_type, num_labels, labels, loss_fn",
     [
         ("single_label_classification", 3, torch.tensor([0, 2]), lambda lg, lb: F.cross_entropy(lg, lb)),
-        ("multi_label_classification", 3, torch.tensor([[1.0, 0, 1], [0, 1, 0]]), F.binary_cross_entropy_with_logits),
+        (
+            "multi_label_classification",
+            3,
+            torch.tensor([[1.0, 0, 1], [0, 1, 0]]),
+            F.binary_cross_entropy_with_logits,
+        ),
         ("regression", 1, torch.tensor([0.5, -1.0]), lambda lg, lb: F.mse_loss(lg.squeeze(-1), lb)),
     ],
 )
@@ -265,9 +291,13 @@ def test_gradients_reach_every_parameter():
         ids = random_ids(2, 6)
         mask = torch.ones_like(ids)
         mask[1, 4:] = 0
-        labels = torch.tensor([0, 1]) if isinstance(model, VanillaTransformerForSequenceClassification) else ids
+        labels = (
+            torch.tensor([0, 1]) if isinstance(model, VanillaTransformerForSequenceClassification) else ids
+        )
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
-        missing = [name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+        missing = [
+            name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0
+        ]
         assert not missing, f"{type(model).__name__}: no gradient for {missing}"
 
 
@@ -276,7 +306,9 @@ def test_gradients_reach_every_parameter():
 
 def test_token_ids_outside_the_vocabulary_are_named():
     model = seq2seq()
-    with pytest.raises(ValueError, match=r"Token id 99 is outside the vocabulary: ids must lie in \[0, vocab_size=99\)"):
+    with pytest.raises(
+        ValueError, match=r"Token id 99 is outside the vocabulary: ids must lie in \[0, vocab_size=99\)"
+    ):
         model(input_ids=torch.tensor([[5, 99]]), decoder_input_ids=torch.tensor([[1]]))
     with pytest.raises(ValueError, match="Token id -3"):
         classifier()(input_ids=torch.tensor([[5, -3]]))

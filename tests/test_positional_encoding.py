@@ -28,7 +28,9 @@ def test_relative_offset_is_a_linear_function():
     d_model, k = 16, 3
     pe = sinusoidal_position_encoding(torch.arange(200), d_model).double()
     rotation = torch.zeros(d_model, d_model, dtype=torch.float64)
-    for i in range(0, d_model, 2):  # sin(a + b) = sin a cos b + cos a sin b; cos(a + b) = cos a cos b - sin a sin b
+    for i in range(
+        0, d_model, 2
+    ):  # sin(a + b) = sin a cos b + cos a sin b; cos(a + b) = cos a cos b - sin a sin b
         angle = k / 10000 ** (i / d_model)
         rotation[i, i], rotation[i + 1, i] = math.cos(angle), math.sin(angle)
         rotation[i, i + 1], rotation[i + 1, i + 1] = -math.sin(angle), math.cos(angle)

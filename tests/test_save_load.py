@@ -47,7 +47,9 @@ def test_save_load_gives_identical_outputs(tmp_path, model_class, auto_class, ma
     expected = model(**inputs)[0]
     model.save_pretrained(tmp_path)
     assert (tmp_path / "model.safetensors").is_file()
-    assert {"configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"} <= {p.name for p in tmp_path.iterdir()}
+    assert {"configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py"} <= {
+        p.name for p in tmp_path.iterdir()
+    }
     loaded, info = model_class.from_pretrained(tmp_path, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
     torch.testing.assert_close(loaded.eval()(**inputs)[0], expected)
@@ -83,7 +85,9 @@ def test_classifier_checkpoint_loads_into_auto_model_as_encoder_only(tmp_path):
     classifier.save_pretrained(tmp_path)
     base = AutoModel.from_pretrained(tmp_path).eval()
     ids = random_ids(2, 5)
-    torch.testing.assert_close(base(input_ids=ids).last_hidden_state, classifier.model(input_ids=ids).last_hidden_state)
+    torch.testing.assert_close(
+        base(input_ids=ids).last_hidden_state, classifier.model(input_ids=ids).last_hidden_state
+    )
 
 
 REMOTE_SCRIPT = textwrap.dedent(
@@ -115,7 +119,10 @@ def test_remote_code_loads_without_the_package(tmp_path, model_class, auto_class
     torch.save(model(**inputs)[0], tmp_path / "expected.pt")
     generate = model.can_generate()
     if generate:
-        torch.save(model.generate(input_ids=inputs["input_ids"], max_new_tokens=4, num_beams=2), tmp_path / "tokens.pt")
+        torch.save(
+            model.generate(input_ids=inputs["input_ids"], max_new_tokens=4, num_beams=2),
+            tmp_path / "tokens.pt",
+        )
     script = REMOTE_SCRIPT.format(auto=auto_class.__name__, generate=generate)
     result = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path)],
@@ -123,7 +130,12 @@ def test_remote_code_loads_without_the_package(tmp_path, model_class, auto_class
         capture_output=True,
         text=True,
         timeout=300,
-        env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(tmp_path / "hf"),
+        },
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "remote code OK" in result.stdout
@@ -145,4 +157,7 @@ def test_remote_code_files_import_only_torch_transformers_and_each_other():
                 roots = {"." if node.level else node.module.split(".")[0]}
             else:
                 continue
-            assert roots <= {"torch", "transformers", ".", "__future__", "math", "copy", "collections"}, (name, roots)
+            assert roots <= {"torch", "transformers", ".", "__future__", "math", "copy", "collections"}, (
+                name,
+                roots,
+            )

@@ -259,7 +259,9 @@ class VanillaTransformerAttention(nn.Module):
 
         # Eager is the readable reference and the only path that returns the probabilities.
         implementation = "eager" if output_attentions else self.config._attn_implementation
-        attention_function: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        attention_function: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            implementation, eager_attention_forward
+        )
         output, probs = attention_function(
             self,
             query,

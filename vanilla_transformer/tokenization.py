@@ -1,0 +1,83 @@
+"""Train the shared source-target BPE vocabulary of §5.1 and save it as a transformers fast tokenizer.
+
+The tokenizer works on any Unicode script: text is NFKC-normalised, split on whitespace with a
+Metaspace marker (so detokenisation is exact) and merged by byte-pair encoding (Sennrich et al.,
+2016). Nothing is lower-cased or stripped of accents. Special tokens are fixed at the ids the
+config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3; every encoded sequence ends in
+``</s>``. The result loads offline with ``AutoTokenizer.from_pretrained(folder)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+MASK_TOKEN = "<mask>"
+
+
+def train_bpe_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int = 8000,
+    model_max_length: int = 256,
+    min_frequency: int = 2,
+    extra_special_tokens: tuple[str, ...] = (),
+    show_progress: bool = False,
+) -> PreTrainedTokenizerFast:
+    """Learn a BPE vocabulary of at most ``vocab_size`` tokens from ``texts``.
+
+    For translation pass the source and target sides together, so that both languages share one
+    vocabulary and one embedding matrix (§3.4, §5.1).
+
+    Args:
+        texts: training sentences (any iterable; read once).
+        vocab_size: upper bound on the vocabulary, special tokens included.
+        model_max_length: the longest input the tokenizer will produce when truncating.
+        min_frequency: merges seen fewer times than this are not learned.
+        extra_special_tokens: more special tokens after the four fixed ones (e.g. ``"<mask>"``).
+        show_progress: show the tokenizers library's progress bar.
+
+    Returns:
+        A ``PreTrainedTokenizerFast`` with pad / bos / eos / unk set and a ``</s>`` post-processor.
+    """
+    if vocab_size < len(SPECIAL_TOKENS) + len(extra_special_tokens) + 1:
+        raise ValueError(f"`vocab_size` must leave room for the special tokens, got {vocab_size}.")
+    specials = list(SPECIAL_TOKENS.values()) + list(extra_special_tokens)
+    bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
+    bpe.normalizer = normalizers.NFKC()
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
+    bpe.decoder = decoders.Metaspace()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=specials,
+        show_progress=show_progress,
+    )
+    bpe.train_from_iterator(_nonempty(texts), trainer)
+    eos = SPECIAL_TOKENS["eos_token"]
+    bpe.post_processor = processors.TemplateProcessing(
+        single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, bpe.token_to_id(eos))]
+    )
+    extra = {"mask_token": MASK_TOKEN} if MASK_TOKEN in extra_special_tokens else {}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+        **SPECIAL_TOKENS,
+        **extra,
+    )
+
+
+def _nonempty(texts: Iterable[str]) -> Iterable[str]:
+    seen = False
+    for text in texts:
+        if text and text.strip():
+            seen = True
+            yield text
+    if not seen:
+        raise ValueError("Cannot train a tokenizer on no text: every training sentence was empty.")
+
+
+__all__ = ["train_bpe_tokenizer", "SPECIAL_TOKENS", "MASK_TOKEN"]
