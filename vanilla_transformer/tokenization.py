@@ -1,8 +1,9 @@
 """Train the shared source-target BPE vocabulary of §5.1 and save it as a transformers fast tokenizer.
 
-The tokenizer works on any Unicode script: text is NFKC-normalised, split on whitespace with a
-Metaspace marker (so detokenisation is exact) and merged by byte-pair encoding (Sennrich et al.,
-2016). Nothing is lower-cased or stripped of accents. Special tokens are fixed at the ids the
+The tokenizer works on any Unicode script: text is NFKC-normalised, split into words and punctuation,
+and each word's UTF-8 bytes are merged by byte-pair encoding (Sennrich et al., 2016; byte-level as in
+GPT-2), so no character is ever unknown and decoding gives the text back exactly. Nothing is
+lower-cased or stripped of accents. Special tokens are fixed at the ids the
 config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3; every encoded sequence ends in
 ``</s>``. The result loads offline with ``AutoTokenizer.from_pretrained(folder)``.
 """
@@ -42,17 +43,21 @@ def train_bpe_tokenizer(
     Returns:
         A ``PreTrainedTokenizerFast`` with pad / bos / eos / unk set and a ``</s>`` post-processor.
     """
-    if vocab_size < len(SPECIAL_TOKENS) + len(extra_special_tokens) + 1:
-        raise ValueError(f"`vocab_size` must leave room for the special tokens, got {vocab_size}.")
+    minimum = len(SPECIAL_TOKENS) + len(extra_special_tokens) + 256
+    if vocab_size < minimum:
+        raise ValueError(
+            f"`vocab_size` must hold the 256 byte symbols and the special tokens (>= {minimum}), got {vocab_size}."
+        )
     specials = list(SPECIAL_TOKENS.values()) + list(extra_special_tokens)
     bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
     bpe.normalizer = normalizers.NFKC()
-    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
-    bpe.decoder = decoders.Metaspace()
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
         special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=show_progress,
     )
     bpe.train_from_iterator(_nonempty(texts), trainer)

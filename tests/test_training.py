@@ -1,0 +1,318 @@
+"""Translation training pieces (issue: train the paper's way) on tiny data the tests make."""
+
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vanilla_transformer.tokenization import train_bpe_tokenizer
+from vanilla_transformer.train.arguments import load_arguments
+from vanilla_transformer.train.batching import TokenBudgetBatchSampler
+from vanilla_transformer.train.checkpoints import average_checkpoints, checkpoint_dirs, latest_checkpoint
+from vanilla_transformer.train.loop import train
+from vanilla_transformer.train.schedule import transformer_learning_rate, transformer_lr_scheduler
+from vanilla_transformer.train.synthetic import german_number, synthetic_pairs
+
+TINY_RUN = dict(
+    synthetic_train_size=400,
+    synthetic_eval_size=8,
+    vocab_size=400,
+    d_model=32,
+    d_ff=64,
+    num_heads=4,
+    num_encoder_layers=1,
+    num_decoder_layers=1,
+    max_tokens=300,
+    warmup_steps=4,
+    lr_scale=1.0,
+    eval_every=1000,
+    eval_bleu_samples=4,
+    num_beams=2,
+    log_every=1,
+    report_to="none",
+)
+
+
+def run(tmp_path, name, **settings):
+    args = load_arguments(None, {**TINY_RUN, "output_dir": str(tmp_path / name), **settings})
+    return train(args), tmp_path / name
+
+
+def logged_losses(folder):
+    return {
+        row["step"]: row["train/loss"]
+        for row in map(json.loads, (folder / "train_log.jsonl").read_text().splitlines())
+    }
+
+
+# -- tokenizer ---------------------------------------------------------------------------------------
+
+
+def test_tokenizer_round_trip_any_script(tmp_path):
+    texts = [
+        "Schöne Grüße aus München",
+        "Über den Fluß, bitte.",
+        "영화가 정말 재미있어요",
+        "Ein Mädchen läuft.",
+    ] * 3
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=300, min_frequency=1, model_max_length=32)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    for text in texts[:4] + ["Grüße, 영화!"]:
+        ids = loaded(text)["input_ids"]
+        assert ids[-1] == loaded.eos_token_id
+        assert loaded.decode(ids, skip_special_tokens=True) == text
+    assert (loaded.pad_token_id, loaded.bos_token_id, loaded.eos_token_id, loaded.unk_token_id) == (
+        0,
+        1,
+        2,
+        3,
+    )
+    assert loaded.model_max_length == 32
+    assert len(loaded("wort " * 100, truncation=True)["input_ids"]) == 32
+
+
+def test_tokenizer_refuses_empty_text():
+    with pytest.raises(ValueError, match="every training sentence was empty"):
+        train_bpe_tokenizer(["", "   "], vocab_size=300)
+
+
+# -- Eq. 3 -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", [1, 100, 3999, 4000, 4001, 100000])
+def test_eq3_values(step):
+    expected = 512**-0.5 * min(step**-0.5, step * 4000**-1.5)
+    assert transformer_learning_rate(step, 512, 4000) == pytest.approx(expected)
+    assert transformer_learning_rate(step, 512, 4000, scale=2.0) == pytest.approx(2 * expected)
+
+
+def test_eq3_peaks_at_warmup_and_scheduler_follows_it():
+    assert transformer_learning_rate(4000, 512, 4000) == pytest.approx(512**-0.5 * 4000**-0.5)  # 6.99e-4
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.Adam([parameter], lr=1.0)
+    scheduler = transformer_lr_scheduler(optimizer, d_model=512, warmup_steps=10)
+    rates = []
+    for _ in range(30):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([transformer_learning_rate(k, 512, 10) for k in range(1, 31)])
+    assert max(rates) == rates[9]  # update 10 = end of warmup
+
+
+# -- batching ----------------------------------------------------------------------------------------------
+
+
+def test_batches_respect_the_token_budget_and_cover_every_example_once():
+    generator = torch.Generator().manual_seed(0)
+    sources = torch.randint(1, 40, (500,), generator=generator).tolist()
+    targets = torch.randint(1, 40, (500,), generator=generator).tolist()
+    sampler = TokenBudgetBatchSampler(sources, targets, max_tokens=200, shuffle=True, seed=3)
+    epochs = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler)
+        for batch in batches:
+            assert max(sources[i] for i in batch) * len(batch) <= 200
+            assert max(targets[i] for i in batch) * len(batch) <= 200
+        flat = sorted(i for batch in batches for i in batch)
+        assert flat == list(range(500))
+        epochs.append(batches)
+    assert epochs[0] != epochs[1]  # reshuffled every epoch
+    sampler.set_epoch(0)
+    assert list(sampler) == epochs[0]  # deterministic for a seed
+    # Length buckets: batching sorted lengths needs far fewer padded tokens than a random split.
+    padded = sum(max(sources[i] for i in b) * len(b) for b in epochs[0])
+    assert padded < 1.25 * sum(sources)
+
+
+def test_an_example_longer_than_the_budget_forms_its_own_batch():
+    sampler = TokenBudgetBatchSampler([5, 500, 5], [5, 5, 5], max_tokens=100, shuffle=False)
+    assert sorted(map(sorted, sampler)) == [[0, 2], [1]]
+
+
+# -- synthetic task ----------------------------------------------------------------------------------------
+
+
+def test_synthetic_task_has_agreement_reordering_and_numbers():
+    assert (
+        german_number(37) == "sieben und dreißig"
+        and german_number(2) == "zwei"
+        and german_number(16) == "sechzehn"
+    )
+    pairs = synthetic_pairs(300, seed=1)
+    assert pairs == synthetic_pairs(300, seed=1) and pairs != synthetic_pairs(300, seed=2)
+    assert any(" den " in p["de"] or " einen " in p["de"] for p in pairs)  # accusative agreement
+    assert any(", dass " in p["de"] for p in pairs)  # verb-final subordinate clauses
+    assert any(any(w.isdigit() for w in p["en"].split()) for p in pairs)
+    assert not any(any(w.isdigit() for w in p["de"].split()) for p in pairs)  # spelled out
+
+
+# -- the training loop ---------------------------------------------------------------------------------------
+
+
+def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
+    results, folder = run(tmp_path, "run", max_steps=40, lr_scale=2.0)
+    losses = logged_losses(folder)
+    assert sum(losses[s] for s in range(36, 41)) / 5 < sum(losses[s] for s in range(1, 6)) / 5 - 0.5
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder / "model")
+    assert type(model).__name__ == "VanillaTransformerForConditionalGeneration"
+    assert (folder / "model" / "model.safetensors").is_file() and (
+        folder / "model" / "tokenizer.json"
+    ).is_file()
+    assert results["updates"] == 40 and "sacrebleu" in results["test"]
+    assert (folder / "test_hypotheses.txt").read_text().count("\n") == 8
+    checkpoint = latest_checkpoint(folder / "checkpoints")
+    assert checkpoint.name == "step-00000040"
+    assert {p.name for p in checkpoint.iterdir()} == {"model", "state", "trainer_state.json"}
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    _, straight = run(tmp_path, "straight", max_steps=6, save_every=3, dropout=0.1)
+    _, interrupted = run(tmp_path, "interrupted", max_steps=3, save_every=3, dropout=0.1)
+    (interrupted / "checkpoints" / ".tmp-step-00000004").mkdir()  # a crash mid-write leaves this behind
+    _, resumed = run(tmp_path, "interrupted", max_steps=6, save_every=3, dropout=0.1, resume=True)
+    expected, got = logged_losses(straight), logged_losses(resumed)
+    assert [got[s] for s in (4, 5, 6)] == pytest.approx([expected[s] for s in (4, 5, 6)], abs=1e-6)
+    assert [p.name for p in checkpoint_dirs(resumed / "checkpoints")] == ["step-00000003", "step-00000006"]
+    assert not (resumed / "checkpoints" / ".tmp-step-00000004").exists()
+
+
+def test_keeps_only_the_last_k_checkpoints(tmp_path):
+    _, folder = run(tmp_path, "run", max_steps=8, save_every=2, keep_last=2)
+    assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["step-00000006", "step-00000008"]
+
+
+def test_averaging_two_checkpoints_averages_their_tensors(tmp_path):
+    _, folder = run(tmp_path, "run", max_steps=4, save_every=2)
+    first, second = checkpoint_dirs(folder / "checkpoints")
+    output = average_checkpoints([first, second], tmp_path / "averaged")
+    a, b, mean = (
+        AutoModelForSeq2SeqLM.from_pretrained(p).state_dict()
+        for p in (first / "model", second / "model", output)
+    )
+    for name in a:
+        torch.testing.assert_close(mean[name], (a[name] + b[name]) / 2)
+    assert AutoTokenizer.from_pretrained(output).pad_token_id == 0
+
+
+def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    """DDP averages the gradients of two processes that each take one batch; one process accumulating
+    the same two batches with each loss halved computes the same mean gradient. Tolerance: the sums run
+    in a different order (fp32, ~1e-7 relative), and three Adam updates of lr ~1e-3 keep the parameters
+    within 1e-5 of each other."""
+    settings = {**TINY_RUN, "max_steps": 3, "save_every": 3, "dropout": 0.0, "eval_bleu_samples": 1}
+    overrides = [f"--set={key}={value}" for key, value in settings.items()]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "vanilla_transformer.cli", "train", *overrides]
+    one = subprocess.run(
+        [*command, f"--set=output_dir={tmp_path / 'one'}", "--set=gradient_accumulation_steps=2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert one.returncode == 0, one.stderr[-3000:]
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "vanilla_transformer.cli",
+        "train",
+        *overrides,
+    ]
+    two = subprocess.run(
+        [*launch, f"--set=output_dir={tmp_path / 'two'}", "--set=gradient_accumulation_steps=1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "2 process(es) per update" in two.stdout + two.stderr
+    a = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "model").state_dict()
+    b = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "model").state_dict()
+    initial = AutoModelForSeq2SeqLM.from_pretrained(
+        latest_checkpoint(tmp_path / "one" / "checkpoints") / "model"
+    ).state_dict()
+    moved = max((a[name] - initial[name]).abs().max().item() for name in a)
+    assert moved == 0  # the last checkpoint is the final model
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
+
+
+# -- bad input ------------------------------------------------------------------------------------------------
+
+
+def _write_jsonl(path, rows):
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+
+
+def test_missing_language_key_names_the_file(tmp_path):
+    data = tmp_path / "train.jsonl.gz"
+    _write_jsonl(data, [{"translation": {"de": "Hallo", "fr": "Bonjour"}}])
+    with pytest.raises(ValueError, match=r"train.jsonl.gz: language key 'en' is missing"):
+        run(tmp_path, "out", dataset="json", train_file=str(data), source_lang="de", target_lang="en")
+    assert not (tmp_path / "out").exists()
+
+
+def test_empty_file_names_the_file(tmp_path):
+    data = tmp_path / "train.jsonl.gz"
+    _write_jsonl(data, [])
+    with pytest.raises(ValueError, match=r"train.jsonl.gz is empty"):
+        run(tmp_path, "out", dataset="json", train_file=str(data), source_lang="de", target_lang="en")
+    assert not (tmp_path / "out").exists()
+
+
+def test_mismatched_line_counts_name_both_files(tmp_path):
+    (tmp_path / "train.de").write_text("eins\nzwei\n")
+    (tmp_path / "train.en").write_text("one\n")
+    from vanilla_transformer.train.data import load_translation_splits
+
+    files = {"train.de": str(tmp_path / "train.de"), "train.en": str(tmp_path / "train.en")}
+    with pytest.raises(ValueError, match=r"train.de has 2 lines but .*train.en has 1"):
+        load_translation_splits("text", "de", "en", files=files)
+
+
+def test_unknown_recipe_key_names_the_key_and_file(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("d_model: 64\nlearning_rat: 0.1\n")
+    with pytest.raises(ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: learning_rat"):
+        load_arguments(str(recipe))
+
+
+def test_committed_recipes_parse():
+    from pathlib import Path
+
+    recipes = sorted((Path(__file__).parent.parent / "training" / "configs").glob("*.yaml"))
+    assert recipes, "training/configs/ holds the recipes"
+    for recipe in recipes:
+        assert load_arguments(str(recipe)).output_dir
+
+
+def test_learning_rate_is_finite_and_positive():
+    assert all(
+        0 < transformer_learning_rate(s, 128, 400, 2.0) < 1
+        and math.isfinite(transformer_learning_rate(s, 128, 400))
+        for s in range(1, 2000, 97)
+    )

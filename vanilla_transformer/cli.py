@@ -1,0 +1,141 @@
+"""The ``vanilla-transformer`` command: thin wrappers that parse arguments and call the library.
+
+vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...]
+vanilla-transformer evaluate --model DIR (--recipe FILE.yaml | --data-file FILE ...) [--output FILE]
+vanilla-transformer translate --model DIR [--input FILE] [--output FILE]
+vanilla-transformer average CHECKPOINT [CHECKPOINT ...] --output DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+
+def _parse_overrides(pairs: list[str]) -> dict:
+    overrides = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise SystemExit(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        overrides[key.strip().replace("-", "_")] = yaml.safe_load(value)
+    return overrides
+
+
+def cmd_train(options) -> None:
+    from .train.arguments import load_arguments
+    from .train.loop import train
+
+    args = load_arguments(options.recipe, _parse_overrides(options.set))
+    train(args)
+
+
+def cmd_evaluate(options) -> None:
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .train.arguments import load_arguments
+    from .train.loop import evaluate_split, prepare_data
+
+    args = load_arguments(options.recipe, _parse_overrides(options.set))
+    model = AutoModelForSeq2SeqLM.from_pretrained(options.model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(options.model)
+    split = prepare_data(args)[options.split]
+    output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
+    references = args.resolve("tokenized_test_references") if options.split == "test" else None
+    scores, samples = evaluate_split(model, tokenizer, split, args, output, references)
+    for source, hypothesis, reference in samples:
+        print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
+    print(json.dumps({"split": options.split, "sentences": len(split), **scores}, indent=2))
+    print(f"Hypotheses written to {output}")
+
+
+def cmd_translate(options) -> None:
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .train.evaluation import translate
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(options.model).eval()
+    tokenizer = AutoTokenizer.from_pretrained(options.model)
+    source = open(options.input, encoding="utf-8") if options.input else sys.stdin
+    lines = [line.rstrip("\n") for line in source]
+    kwargs = {"num_beams": options.beams} if options.beams else {}
+    translations = translate(model, tokenizer, lines, options.batch_size, **kwargs)
+    text = "\n".join(translations) + ("\n" if translations else "")
+    if options.output:
+        Path(options.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+
+
+def cmd_average(options) -> None:
+    from .train.checkpoints import average_checkpoints, checkpoint_dirs
+
+    folders = list(options.checkpoints)
+    if options.last:
+        if len(folders) != 1:
+            raise SystemExit("--last N takes one run folder (its checkpoints/ holds the checkpoints).")
+        run = Path(folders[0])
+        folders = checkpoint_dirs(run / "checkpoints" if (run / "checkpoints").is_dir() else run)[
+            -options.last :
+        ]
+        if not folders:
+            raise SystemExit(f"No checkpoints found under {run}.")
+    output = average_checkpoints(folders, options.output)
+    print(f"Averaged {len(folders)} checkpoints into {output}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser(
+        "train", help="Train a translation model (default: the built-in synthetic task)."
+    )
+    train.add_argument("--recipe", help="YAML recipe, e.g. training/configs/multi30k_de_en.yaml")
+    train.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="Override a recipe setting."
+    )
+    train.set_defaults(func=cmd_train)
+
+    evaluate = commands.add_parser("evaluate", help="Translate a split with beam search and score BLEU.")
+    evaluate.add_argument("--model", required=True, help="A saved model folder.")
+    evaluate.add_argument("--recipe", help="The recipe that names the data (default: the synthetic task).")
+    evaluate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument(
+        "--output", help="Where to write the hypotheses (default: <model>/<split>_hypotheses.txt)."
+    )
+    evaluate.set_defaults(func=cmd_evaluate)
+
+    translate = commands.add_parser("translate", help="Translate lines from a file or standard input.")
+    translate.add_argument("--model", required=True)
+    translate.add_argument("--input", help="One sentence a line (default: standard input).")
+    translate.add_argument("--output", help="Default: standard output.")
+    translate.add_argument("--batch-size", type=int, default=64)
+    translate.add_argument("--beams", type=int, help="Beam size (default: the model's generation config, 4).")
+    translate.set_defaults(func=cmd_translate)
+
+    average = commands.add_parser("average", help="Average checkpoints (§6.1) into a new model folder.")
+    average.add_argument(
+        "checkpoints", nargs="+", help="Checkpoint or model folders, or one run folder with --last."
+    )
+    average.add_argument("--last", type=int, help="Average the last N checkpoints of the run folder.")
+    average.add_argument("--output", required=True)
+    average.set_defaults(func=cmd_average)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    options = build_parser().parse_args(argv)
+    try:
+        options.func(options)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"error: {error}") from error
+
+
+if __name__ == "__main__":
+    main()
