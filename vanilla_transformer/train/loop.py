@@ -112,7 +112,6 @@ def train(args: TranslationTrainingArguments) -> dict:
         step_scheduler_with_optimizer=False,  # Eq. 3 counts optimizer updates, whatever the process count
     )
     set_seed(args.seed)
-    started = time.time()
 
     # -- data and the shared BPE vocabulary ------------------------------------------------------------
     splits = prepare_data(args)
