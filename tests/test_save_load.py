@@ -161,3 +161,16 @@ def test_remote_code_files_import_only_torch_transformers_and_each_other():
                 name,
                 roots,
             )
+
+
+@pytest.mark.parametrize("share, tie", [(True, False), (False, True), (False, False)])
+def test_every_tying_choice_survives_save_and_load(tmp_path, share, tie):
+    model = VanillaTransformerForConditionalGeneration(tiny_config(share_embeddings=share, tie_word_embeddings=tie))
+    model.save_pretrained(tmp_path)
+    loaded, info = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values())
+    embeddings = loaded.model.encoder.embed_tokens.weight, loaded.model.decoder.embed_tokens.weight
+    assert (embeddings[0] is embeddings[1]) == share
+    assert (loaded.lm_head.weight is embeddings[1]) == tie
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(loaded.state_dict()[name], tensor)

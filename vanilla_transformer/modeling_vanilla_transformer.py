@@ -651,7 +651,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = False
-    _keys_to_ignore_on_load_unexpected = [r"\.embed_positions\.weight$"]
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -893,8 +892,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     """The Transformer for sequence-to-sequence tasks (translation): the encoder-decoder with the
     pre-softmax linear transformation (§3.4), tied to the embeddings by default, and ``generate()``
     with the §6.1 defaults (beam 4, length penalty 0.6, max length input + 50)."""
-
-    _keys_to_ignore_on_load_missing = [r"^lm_head\.weight$"]
 
     def __init__(self, config: VanillaTransformerConfig):
         if not config.is_encoder_decoder:
