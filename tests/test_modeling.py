@@ -215,10 +215,12 @@ def test_output_attentions_and_hidden_states():
         len(out.encoder_hidden_states) == 3 and len(out.decoder_hidden_states) == 3
     )  # embeddings + N layers
     torch.testing.assert_close(out.encoder_hidden_states[-1], out.encoder_last_hidden_state)
-    with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        seq2seq(attn_implementation="sdpa")(
-            input_ids=source, decoder_input_ids=target, output_attentions=True
-        )
+    # SDPA never materialises the probabilities: like transformers' own models it returns None for them.
+    sdpa_model = seq2seq(attn_implementation="sdpa")
+    sdpa_model.load_state_dict(model.state_dict())
+    sdpa = sdpa_model(input_ids=source, decoder_input_ids=target, output_attentions=True)
+    assert sdpa.encoder_attentions == (None, None) and sdpa.cross_attentions == (None, None)
+    torch.testing.assert_close(sdpa.logits, out.logits, atol=1e-5, rtol=1e-5)
 
 
 # -- loss ----------------------------------------------------------------------------------------------
@@ -338,3 +340,14 @@ def test_single_stack_models_accept_a_seq2seq_config_without_mutating_it():
     assert config.is_encoder_decoder and not model.config.is_encoder_decoder
     assert VanillaTransformerForCausalLM(config).config.is_decoder and not config.is_decoder
     assert isinstance(config, VanillaTransformerConfig)
+
+
+def test_causal_lm_takes_pre_shifted_targets():
+    model = causal_lm(label_smoothing=0.0)
+    ids = random_ids(2, 6)
+    shifted = torch.cat([ids[:, 1:], torch.full((2, 1), -100)], dim=1)
+    by_labels = model(input_ids=ids, labels=ids).loss
+    torch.testing.assert_close(model(input_ids=ids, shift_labels=shifted).loss, by_labels)
+    torch.testing.assert_close(
+        model(input_ids=ids, labels=random_ids(2, 6, seed=9), shift_labels=shifted).loss, by_labels
+    )

@@ -165,9 +165,13 @@ def test_remote_code_files_import_only_torch_transformers_and_each_other():
 
 @pytest.mark.parametrize("share, tie", [(True, False), (False, True), (False, False)])
 def test_every_tying_choice_survives_save_and_load(tmp_path, share, tie):
-    model = VanillaTransformerForConditionalGeneration(tiny_config(share_embeddings=share, tie_word_embeddings=tie))
+    model = VanillaTransformerForConditionalGeneration(
+        tiny_config(share_embeddings=share, tie_word_embeddings=tie)
+    )
     model.save_pretrained(tmp_path)
-    loaded, info = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    loaded, info = VanillaTransformerForConditionalGeneration.from_pretrained(
+        tmp_path, output_loading_info=True
+    )
     assert not any(info.values())
     embeddings = loaded.model.encoder.embed_tokens.weight, loaded.model.decoder.embed_tokens.weight
     assert (embeddings[0] is embeddings[1]) == share

@@ -230,7 +230,6 @@ class VanillaTransformerAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
-        output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states: (B, T, D) queries; key_value_states: (B, S, D) encoder output for
         cross-attention, else None. Returns (B, T, D) and the (B, H, T, S) probabilities or None."""
@@ -258,9 +257,8 @@ class VanillaTransformerAttention(nn.Module):
                     past_key_values.is_updated[self.layer_idx] = True
 
         # Eager is the readable reference and the only path that returns the probabilities.
-        implementation = "eager" if output_attentions else self.config._attn_implementation
         attention_function: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
-            implementation, eager_attention_forward
+            self.config._attn_implementation, eager_attention_forward
         )
         output, probs = attention_function(
             self,
@@ -321,8 +319,8 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         self.ffn = VanillaTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def _sa_block(self, x, attention_mask, output_attentions):
-        x, probs = self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions)
+    def _sa_block(self, x, attention_mask):
+        x, probs = self.self_attn(x, attention_mask=attention_mask)
         return F.dropout(x, p=self.dropout, training=self.training), probs
 
     def _ff_block(self, x):
@@ -332,15 +330,15 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Returns the new (B, S, D) states and the self-attention probabilities (None unless eager)."""
         x = hidden_states  # (B, S, D)
         if self.pre_norm:
-            attended, probs = self._sa_block(self.self_attn_layer_norm(x), attention_mask, output_attentions)
+            attended, probs = self._sa_block(self.self_attn_layer_norm(x), attention_mask)
             x = x + attended
             x = x + self._ff_block(self.final_layer_norm(x))
         else:
-            attended, probs = self._sa_block(x, attention_mask, output_attentions)
+            attended, probs = self._sa_block(x, attention_mask)
             x = self.self_attn_layer_norm(x + attended)
             x = self.final_layer_norm(x + self._ff_block(x))
         return x, probs
@@ -370,22 +368,13 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         self.ffn = VanillaTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def _sa_block(self, x, attention_mask, past_key_values, output_attentions):
-        x, probs = self.self_attn(
-            x,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            output_attentions=output_attentions,
-        )
+    def _sa_block(self, x, attention_mask, past_key_values):
+        x, probs = self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values)
         return F.dropout(x, p=self.dropout, training=self.training), probs
 
-    def _mha_block(self, x, memory, memory_mask, past_key_values, output_attentions):
+    def _mha_block(self, x, memory, memory_mask, past_key_values):
         x, probs = self.encoder_attn(
-            x,
-            key_value_states=memory,
-            attention_mask=memory_mask,
-            past_key_values=past_key_values,
-            output_attentions=output_attentions,
+            x, key_value_states=memory, attention_mask=memory_mask, past_key_values=past_key_values
         )
         return F.dropout(x, p=self.dropout, training=self.training), probs
 
@@ -399,15 +388,15 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
-        output_attentions: bool = False,
         use_cache: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Returns the new (B, T, D) states, the self- and the cross-attention probabilities."""
         x = hidden_states  # (B, T, D)
         cross_probs = None
         use_cross = self.encoder_attn is not None and encoder_hidden_states is not None
         if self.pre_norm:
             attended, self_probs = self._sa_block(
-                self.self_attn_layer_norm(x), attention_mask, past_key_values, output_attentions
+                self.self_attn_layer_norm(x), attention_mask, past_key_values
             )
             x = x + attended
             if use_cross:
@@ -416,16 +405,15 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
                     encoder_hidden_states,
                     encoder_attention_mask,
                     past_key_values,
-                    output_attentions,
                 )
                 x = x + attended
             x = x + self._ff_block(self.final_layer_norm(x))
         else:
-            attended, self_probs = self._sa_block(x, attention_mask, past_key_values, output_attentions)
+            attended, self_probs = self._sa_block(x, attention_mask, past_key_values)
             x = self.self_attn_layer_norm(x + attended)
             if use_cross:
                 attended, cross_probs = self._mha_block(
-                    x, encoder_hidden_states, encoder_attention_mask, past_key_values, output_attentions
+                    x, encoder_hidden_states, encoder_attention_mask, past_key_values
                 )
                 x = self.encoder_attn_layer_norm(x + attended)
             x = self.final_layer_norm(x + self._ff_block(x))
@@ -440,10 +428,10 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
 def _check_attention_outputs(config: VanillaTransformerConfig, output_attentions: bool) -> None:
     implementation = config._attn_implementation
     if output_attentions and implementation not in (None, "eager"):
-        raise ValueError(
-            f"`output_attentions=True` needs the eager attention reference, but the model uses "
-            f"attn_implementation={implementation!r}, which never materialises the probabilities. Load it "
-            "with `attn_implementation='eager'` or call `model.set_attn_implementation('eager')`."
+        logger.warning_once(
+            f"`output_attentions=True` returns None for each layer: attn_implementation={implementation!r} never "
+            "materialises the probabilities. Load the model with `attn_implementation='eager'` (or call "
+            "`model.set_attn_implementation('eager')`) to get them."
         )
 
 
@@ -499,7 +487,7 @@ class VanillaTransformerEncoder(nn.Module):
         all_hidden_states = (hidden_states,) if output_hidden_states else None
         all_attentions = () if output_attentions else None
         for layer in self.layers:
-            hidden_states, probs = layer(hidden_states, mask, output_attentions)
+            hidden_states, probs = layer(hidden_states, mask)
             if output_hidden_states:
                 all_hidden_states += (hidden_states,)
             if output_attentions:
@@ -606,7 +594,6 @@ class VanillaTransformerDecoder(nn.Module):
                 encoder_hidden_states,
                 encoder_attention_mask=memory_mask,
                 past_key_values=past_key_values,
-                output_attentions=output_attentions,
                 use_cache=use_cache,
             )
             if output_hidden_states:
@@ -1054,9 +1041,12 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         return_dict: bool | None = None,
         logits_to_keep: int = 0,
         num_items_in_batch: int | torch.Tensor | None = None,
+        shift_labels: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
-        """``labels`` (B, T) are the inputs themselves (shifted inside, as in GPT-2); -100 is ignored."""
+        """``labels`` (B, T) are the inputs themselves, shifted inside (as in GPT-2); -100 is ignored.
+        ``shift_labels`` (B, T) are targets already aligned with the logits, as sequence-parallel
+        trainers pass them (the shift must happen before the sequence is split); they win over ``labels``."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
@@ -1074,7 +1064,11 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
             hidden_states = hidden_states[:, -logits_to_keep:]
         logits = self.lm_head(hidden_states)  # (B, T, V)
         loss = None
-        if labels is not None:
+        if shift_labels is not None:
+            loss = label_smoothed_nll_loss(
+                logits, shift_labels, self.config.label_smoothing, num_items_in_batch
+            )
+        elif labels is not None:
             loss = label_smoothed_nll_loss(
                 logits[:, :-1], labels[:, 1:], self.config.label_smoothing, num_items_in_batch
             )

@@ -70,13 +70,13 @@ class TranslationTrainingArguments:
         default=None,
         metadata={"help": "Batches per process per update (default: from tokens_per_update, else 1)."},
     )
-    max_steps: int = 1600
+    max_steps: int = 800
     max_epochs: int | None = None
     max_minutes: float | None = field(
         default=None, metadata={"help": "Stop cleanly after this wall-clock budget."}
     )
     warmup_steps: int = 400
-    lr_scale: float = 2.0
+    lr_scale: float = 1.0
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
@@ -84,14 +84,14 @@ class TranslationTrainingArguments:
     mixed_precision: str = "no"
     seed: int = 0
     # -- evaluation (§6.1) ---------------------------------------------------------------------------
-    eval_every: int = 400
+    eval_every: int = 200
     eval_bleu_samples: int = 200
     num_beams: int = 4
     length_penalty: float = 0.6
     eval_batch_size: int = 100
     # -- checkpoints and logging -----------------------------------------------------------------------
     output_dir: str = "runs/synthetic-en-de"
-    save_every: int = 400
+    save_every: int = 200
     keep_last: int = 5
     resume: bool = False
     log_every: int = 50
