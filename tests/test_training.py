@@ -170,6 +170,7 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
     ).is_file()
     assert results["updates"] == 40 and "sacrebleu" in results["test"]
     assert (folder / "test_hypotheses.txt").read_text().count("\n") == 8
+    assert (folder / "bleu_curve.png").stat().st_size > 1000
     checkpoint = latest_checkpoint(folder / "checkpoints")
     assert checkpoint.name == "step-00000040"
     assert {p.name for p in checkpoint.iterdir()} == {"model", "state", "trainer_state.json"}

@@ -27,6 +27,7 @@ from .batching import TokenBudgetBatchSampler
 from .checkpoints import STATE_FILE, latest_checkpoint, save_checkpoint
 from .data import load_translation_splits, tokenize_pairs
 from .evaluation import bleu_scores, translate
+from .plots import plot_history
 from .schedule import transformer_lr_scheduler
 
 
@@ -285,6 +286,11 @@ def train(args: TranslationTrainingArguments) -> dict:
                 f"lowercased tokenized {scores['bleu_lc_tok']:.2f}"
             )
         (output_dir / "results.json").write_text(json.dumps(results, indent=2))
+        plot = plot_history(
+            state["history"], output_dir / "bleu_curve.png", f"{args.source_lang} -> {args.target_lang}"
+        )
+        if plot is not None:
+            print(f"Validation curve: {plot}")
         print(f"Model saved to {output_dir / 'model'} after {training_minutes:.1f} minutes of training.")
     accelerator.wait_for_everyone()
     accelerator.end_training()
