@@ -7,6 +7,7 @@ label smoothing) are the defaults of the fields that carry them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -130,6 +131,32 @@ class TranslationTrainingArguments:
         return asdict(self)
 
 
+class _RecipeLoader(yaml.SafeLoader):
+    """YAML 1.2 scalars: only true/false are booleans (``eval_strategy: no`` stays the string "no") and
+    ``3e-4`` is a float, not a string."""
+
+
+_RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str):
+    """Parse a recipe or a ``--set`` value."""
+    return yaml.load(text, Loader=_RecipeLoader)
+
+
 def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> TranslationTrainingArguments:
     """Read a YAML recipe, apply ``overrides``; an unknown key is an error naming the key and the file."""
     values: dict = {}
@@ -137,7 +164,7 @@ def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> 
         path = Path(recipe)
         if not path.is_file():
             raise FileNotFoundError(f"No such recipe file: {path}")
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        values = parse_yaml(path.read_text(encoding="utf-8")) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{path}: a recipe must be a mapping of setting: value.")
     values.update(overrides or {})
@@ -151,4 +178,4 @@ def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> 
     return TranslationTrainingArguments(**values)
 
 
-__all__ = ["TranslationTrainingArguments", "load_arguments"]
+__all__ = ["TranslationTrainingArguments", "load_arguments", "parse_yaml"]

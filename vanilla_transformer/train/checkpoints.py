@@ -89,7 +89,13 @@ def average_checkpoints(model_dirs: Sequence[str | Path], output_dir: str | Path
 
     model = AutoModelForSeq2SeqLM.from_pretrained(folders[0])
     averaged = {name: (value / len(folders)).to(dtypes[name]) for name, value in total.items()}
-    model.load_state_dict(averaged, strict=False)
+    result = model.load_state_dict(averaged, strict=False)
+    tied = set(model.all_tied_weights_keys)  # stored once in the file, shared in the model
+    if result.unexpected_keys or set(result.missing_keys) - tied:
+        raise ValueError(
+            f"Averaged tensors do not fit the model of {folders[0]}: missing "
+            f"{sorted(set(result.missing_keys) - tied)}, unexpected {sorted(result.unexpected_keys)}."
+        )
     output_dir = Path(output_dir)
     model.save_pretrained(output_dir)
     AutoTokenizer.from_pretrained(folders[0]).save_pretrained(output_dir)

@@ -2,7 +2,7 @@
 
 Read top to bottom: data and tokenizer, model, batches by token budget, Adam with Eq. 3, the
 update loop with periodic validation (loss and beam-search BLEU) and atomic checkpoints, and a final
-evaluation on the test split. The same code runs on one CPU, ``accelerate launch --num_processes N``
+evaluation on the test split. The same code runs on one CPU, ``accelerate launch --multi_gpu --num_processes N``
 (gloo on CPU, NCCL on GPUs) and with Accelerate's mixed precision.
 """
 
