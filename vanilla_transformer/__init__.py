@@ -11,6 +11,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForMaskedLM,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
@@ -19,6 +20,7 @@ from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .modeling_vanilla_transformer import (
     VanillaTransformerForCausalLM,
     VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForMaskedLM,
     VanillaTransformerForSequenceClassification,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
@@ -31,6 +33,7 @@ _AUTO_CLASSES = {
     VanillaTransformerForConditionalGeneration: AutoModelForSeq2SeqLM,
     VanillaTransformerForSequenceClassification: AutoModelForSequenceClassification,
     VanillaTransformerForCausalLM: AutoModelForCausalLM,
+    VanillaTransformerForMaskedLM: AutoModelForMaskedLM,
 }
 
 AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
@@ -47,4 +50,5 @@ __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerForSequenceClassification",
     "VanillaTransformerForCausalLM",
+    "VanillaTransformerForMaskedLM",
 ]

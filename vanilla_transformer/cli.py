@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
+from .train.arguments import parse_yaml
 
 
 def _parse_overrides(pairs: list[str]) -> dict:
@@ -22,7 +22,7 @@ def _parse_overrides(pairs: list[str]) -> dict:
         if "=" not in pair:
             raise SystemExit(f"--set expects key=value, got {pair!r}")
         key, value = pair.split("=", 1)
-        overrides[key.strip().replace("-", "_")] = yaml.safe_load(value)
+        overrides[key.strip().replace("-", "_")] = parse_yaml(value)
     return overrides
 
 
@@ -88,6 +88,43 @@ def cmd_average(options) -> None:
     print(f"Averaged {len(folders)} checkpoints into {output}")
 
 
+def _classification_arguments(options, stage: str):
+    from transformers import HfArgumentParser, TrainingArguments
+
+    from .train.classification import ClassificationArguments
+
+    values = {}
+    if options.recipe:
+        path = Path(options.recipe)
+        if not path.is_file():
+            raise FileNotFoundError(f"No such recipe file: {path}")
+        values = parse_yaml(path.read_text(encoding="utf-8")) or {}
+    values.update(_parse_overrides(options.set))
+    values.setdefault("report_to", "tensorboard")
+    run_dir = values.get("run_dir", ClassificationArguments.run_dir)
+    values.setdefault("output_dir", str(Path(run_dir) / f"trainer-{stage}"))
+    parser = HfArgumentParser((ClassificationArguments, TrainingArguments))
+    try:
+        return parser.parse_dict(values, allow_extra_keys=False)
+    except ValueError as error:
+        where = f" in {options.recipe}" if options.recipe else ""
+        raise ValueError(f"Bad setting{where}: {error}") from error
+
+
+def cmd_classify(options) -> None:
+    from .train.classify import evaluate_classifier, pretrain_mlm, train_classifier
+
+    args, training = _classification_arguments(options, options.stage)
+    if options.stage == "pretrain":
+        print(f"Masked-LM checkpoint: {pretrain_mlm(args, training)}")
+    elif options.stage == "train":
+        print(json.dumps(train_classifier(args, training), indent=2))
+    else:
+        if not options.model:
+            raise SystemExit("classify evaluate needs --model")
+        print(json.dumps(evaluate_classifier(options.model, args, options.file or args.test_file), indent=2))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -126,6 +163,18 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--last", type=int, help="Average the last N checkpoints of the run folder.")
     average.add_argument("--output", required=True)
     average.set_defaults(func=cmd_average)
+
+    classify = commands.add_parser(
+        "classify", help="The encoder as a text classifier: pretrain (masked LM), train (Trainer), evaluate."
+    )
+    classify.add_argument("stage", choices=["pretrain", "train", "evaluate"])
+    classify.add_argument("--recipe", help="YAML recipe, e.g. training/configs/imdb_supervised.yaml")
+    classify.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    classify.add_argument("--model", help="evaluate: the classifier folder")
+    classify.add_argument(
+        "--file", help="evaluate: a labelled JSON Lines file (default: the recipe's test_file)"
+    )
+    classify.set_defaults(func=cmd_classify)
     return parser
 
 

@@ -36,6 +36,7 @@ from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
     CausalLMOutputWithPast,
+    MaskedLMOutput,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
     SequenceClassifierOutput,
@@ -475,8 +476,7 @@ class VanillaTransformerEncoder(nn.Module):
         _check_attention_outputs(self.config, output_attentions)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, D), already x sqrt(D)
-        batch_size, length = inputs_embeds.shape[:2]
-        positions = position_ids_from_mask(attention_mask, length, 0, inputs_embeds.device)
+        positions = position_ids_from_mask(attention_mask, inputs_embeds.shape[1], 0, inputs_embeds.device)
         hidden_states = inputs_embeds + self.embed_positions(positions, inputs_embeds.dtype)
         hidden_states = F.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
@@ -542,13 +542,15 @@ class VanillaTransformerDecoder(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """Target ids (B, T) -> final decoder states (B, T, D). Self-attention is causal and cached in
+        ``past_key_values``; cross-attention reads ``encoder_hidden_states`` (B, S, D)."""
         _check_tokens_or_embeds(input_ids, inputs_embeds, "decoder_" if self.has_cross_attention else "")
         _check_attention_outputs(self.config, output_attentions)
         if self.has_cross_attention and encoder_hidden_states is None:
             raise ValueError("The encoder-decoder model's decoder needs `encoder_hidden_states`.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, D), already x sqrt(D)
-        batch_size, length = inputs_embeds.shape[:2]
+        length = inputs_embeds.shape[1]
 
         if use_cache and past_key_values is None:
             past_key_values = (
@@ -1082,6 +1084,66 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         return output if return_dict else output.to_tuple()
 
 
+class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
+    """The encoder stack alone with a masked-language-model head (BERT's pre-training objective).
+
+    Not in the paper: it pre-trains the encoder on unlabelled text before fine-tuning a classifier.
+    The head is a dense layer, the activation and a LayerNorm, then the output projection tied to
+    the token embeddings (§3.4's sharing) with its own bias. The loss is cross-entropy on the masked
+    positions (labels -100 elsewhere), without label smoothing.
+    """
+
+    def __init__(self, config: VanillaTransformerConfig):
+        config = _variant_config(config, is_decoder=False, model_name=type(self).__name__)
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+        self.transform = nn.Linear(config.d_model, config.d_model)
+        self.activation = ACT2FN[config.activation]
+        self.transform_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size)
+        self.post_init()
+
+    def _paper_tied_weights(self) -> dict[str, str]:
+        return (
+            {"lm_head.weight": "model.encoder.embed_tokens.weight"} if self.config.tie_word_embeddings else {}
+        )
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
+        self.lm_head = new_embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple:
+        """``labels`` (B, S): the original ids at masked positions, -100 elsewhere."""
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        hidden_states = self.transform_layer_norm(self.activation(self.transform(outputs.last_hidden_state)))
+        logits = self.lm_head(hidden_states)  # (B, S, V)
+        loss = label_smoothed_nll_loss(logits, labels, 0.0) if labels is not None else None
+        output = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+
 class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
     """The encoder stack alone with a classification head (not in the paper; BERT's use of its half).
 
@@ -1170,6 +1232,7 @@ __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerForCausalLM",
     "VanillaTransformerForSequenceClassification",
+    "VanillaTransformerForMaskedLM",
     "eager_attention_forward",
     "sinusoidal_position_encoding",
     "shift_tokens_right",

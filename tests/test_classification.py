@@ -1,0 +1,217 @@
+"""The encoder as a sentiment classifier: tokenizer + Trainer, masked-LM pre-training, pipelines, bad input.
+Tiny English and Korean data the tests make."""
+
+import gzip
+import json
+import random
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, pipeline
+
+from vanilla_transformer import VanillaTransformerForMaskedLM, VanillaTransformerForSequenceClassification
+from vanilla_transformer.cli import _classification_arguments
+from vanilla_transformer.tokenization import MASK_TOKEN, train_bpe_tokenizer
+from vanilla_transformer.train.classification import (
+    classification_metrics,
+    clean_text,
+    encode_head_tail,
+)
+from vanilla_transformer.train.classify import evaluate_classifier, pretrain_mlm, train_classifier
+
+POSITIVE = [
+    "a wonderful film",
+    "great acting",
+    "정말 재미있는 영화",
+    "최고의 영화",
+    "loved every minute",
+    "brilliant story",
+]
+NEGATIVE = [
+    "a boring film",
+    "terrible acting",
+    "정말 지루한 영화",
+    "최악의 영화",
+    "hated every minute",
+    "awful story",
+]
+
+
+def write_reviews(path: Path, n: int, seed: int) -> Path:
+    rng = random.Random(seed)
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            words = rng.sample(POSITIVE if label else NEGATIVE, 2)
+            text = f"{words[0]} <br /><br /> {words[1]} ."
+            handle.write(json.dumps({"text": text, "label": label}) + "\n")
+    return path
+
+
+def settings(tmp_path, **extra) -> list[str]:
+    values = dict(
+        train_file=str(write_reviews(tmp_path / "train.jsonl.gz", 240, 0)),
+        test_file=str(write_reviews(tmp_path / "test.jsonl.gz", 60, 1)),
+        vocab_size=300,
+        max_length=32,
+        d_model=32,
+        d_ff=64,
+        num_layers=2,
+        dropout=0.0,
+        run_dir=str(tmp_path / "run"),
+        num_train_epochs=4,
+        per_device_train_batch_size=16,
+        learning_rate=0.003,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=1000,
+    )
+    values.update(extra)
+    return [
+        f"{key}={value if not isinstance(value, list) else json.dumps(value)}"
+        for key, value in values.items()
+    ]
+
+
+def arguments(tmp_path, stage="train", **extra):
+    return _classification_arguments(Namespace(recipe=None, set=settings(tmp_path, **extra)), stage)
+
+
+def test_clean_text_keeps_language_and_case():
+    assert clean_text("Great!<br /><br />Really GREAT.<br/>정말") == "Great! Really GREAT. 정말"
+
+
+def test_head_and_tail_truncation():
+    tokenizer = train_bpe_tokenizer([" ".join(map(str, range(100)))] * 3, vocab_size=300, min_frequency=1)
+    text = " ".join(f"w{i}" for i in range(200))
+    full = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids = encode_head_tail(tokenizer, [text], max_length=20, head_tokens=8)[0]
+    assert len(ids) == 20 and ids[-1] == tokenizer.eos_token_id
+    assert ids[:8] == full[:8] and ids[8:-1] == full[-11:]
+    short = encode_head_tail(tokenizer, ["w1 w2"], max_length=20, head_tokens=8)[0]
+    assert short == tokenizer("w1 w2", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+def test_metrics_and_confusion_matrix():
+    metrics = classification_metrics(np.array([1, 1, 0, 0, 1]), np.array([1, 0, 0, 1, 1]), 2)
+    assert metrics["accuracy"] == pytest.approx(0.6)
+    assert metrics["confusion_matrix"] == [[1, 1], [1, 2]]
+    assert metrics["f1"] == pytest.approx(2 / 3)  # precision 2/3, recall 2/3 for POSITIVE
+
+
+def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
+    args, training = arguments(tmp_path)
+    results = train_classifier(args, training)
+    assert results["test"]["accuracy"] > 0.8  # trivially separable toy data; chance is 0.5
+    folder = Path(args.run_dir) / "model"
+    assert (folder / "confusion_matrix.png").stat().st_size > 1000
+    model = VanillaTransformerForSequenceClassification.from_pretrained(folder)
+    assert model.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}  # labels round-trip through save/load
+    classify = pipeline("text-classification", model=str(folder))
+    assert classify("정말 재미있는 영화")[0]["label"] in {"NEGATIVE", "POSITIVE"}
+    assert classify(["loved every minute . great acting"])[0]["label"] == "POSITIVE"
+    remote = pipeline("text-classification", model=str(folder), trust_remote_code=True)
+    assert remote("a boring film")[0]["label"] == classify("a boring film")[0]["label"]
+
+
+def test_padding_does_not_change_a_prediction(tmp_path):
+    tokenizer = train_bpe_tokenizer(POSITIVE + NEGATIVE, vocab_size=300, min_frequency=1)
+    model = VanillaTransformerForSequenceClassification.from_pretrained(
+        _tiny_classifier_folder(tmp_path, tokenizer)
+    ).eval()
+    alone = tokenizer(["great acting"], return_tensors="pt")
+    batch = tokenizer(
+        ["great acting", "a much longer review that needs padding"], padding=True, return_tensors="pt"
+    )
+    torch.testing.assert_close(model(**batch).logits[:1], model(**alone).logits, atol=1e-5, rtol=1e-5)
+
+
+def _tiny_classifier_folder(tmp_path, tokenizer):
+    from vanilla_transformer import VanillaTransformerConfig
+
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=16,
+        d_ff=32,
+        num_heads=4,
+        num_encoder_layers=2,
+        dropout=0.0,
+        is_encoder_decoder=False,
+    )
+    folder = tmp_path / "clf"
+    VanillaTransformerForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_mlm_collator_never_masks_special_tokens():
+    tokenizer = train_bpe_tokenizer(
+        POSITIVE + NEGATIVE, vocab_size=300, min_frequency=1, extra_special_tokens=(MASK_TOKEN,)
+    )
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.9)
+    torch.manual_seed(0)
+    encoded = [tokenizer(text)["input_ids"] for text in POSITIVE * 5]
+    batch = collator([{"input_ids": ids} for ids in encoded])
+    special = torch.tensor(
+        [[t in tokenizer.all_special_ids for t in row] for row in batch["labels"].clamp(min=0).tolist()]
+    )
+    eos_positions = batch["input_ids"] == tokenizer.eos_token_id
+    assert eos_positions.sum() >= len(encoded)  # every </s> survived
+    masked = batch["labels"] != -100
+    assert masked.any() and not (masked & special).any()
+
+
+def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path):
+    args, training = arguments(tmp_path, "pretrain", num_train_epochs=2)
+    mlm_folder = pretrain_mlm(args, training)
+    mlm = VanillaTransformerForMaskedLM.from_pretrained(mlm_folder)
+    assert mlm.lm_head.weight is mlm.model.encoder.embed_tokens.weight  # tied to the embeddings
+    tokenizer = AutoTokenizer.from_pretrained(mlm_folder)
+    fill = pipeline("fill-mask", model=str(mlm_folder))
+    guesses = fill(f"a wonderful {tokenizer.mask_token}")
+    assert len(guesses) == 5 and all("token_str" in g for g in guesses)
+    args, training = arguments(
+        tmp_path, "train", pretrained_model=str(mlm_folder), run_dir=str(tmp_path / "ft")
+    )
+    results = train_classifier(args, training)
+    assert results["test"]["accuracy"] > 0.8
+    encoder = VanillaTransformerForSequenceClassification.from_pretrained(tmp_path / "ft" / "model").model
+    assert encoder.encoder.embed_tokens.weight.shape == mlm.model.encoder.embed_tokens.weight.shape
+
+
+def test_bad_input_is_named(tmp_path):
+    broken = tmp_path / "broken.jsonl.gz"
+    with gzip.open(broken, "wt") as handle:
+        handle.write(json.dumps({"review": "no text column", "label": 1}) + "\n")
+    with pytest.raises(ValueError, match=r"broken.jsonl.gz: column 'text' is missing"):
+        train_classifier(*arguments(tmp_path, train_file=str(broken)))
+    empty = tmp_path / "empty.jsonl.gz"
+    with gzip.open(empty, "wt") as handle:
+        handle.write(
+            json.dumps({"text": "fine", "label": 1}) + "\n" + json.dumps({"text": "  ", "label": 0}) + "\n"
+        )
+    with pytest.raises(ValueError, match=r"empty.jsonl.gz: row 1 has an empty 'text'"):
+        train_classifier(*arguments(tmp_path, train_file=str(empty)))
+    nolabel = tmp_path / "nolabel.jsonl.gz"
+    with gzip.open(nolabel, "wt") as handle:
+        handle.write(json.dumps({"text": "fine"}) + "\n")
+    with pytest.raises(ValueError, match=r"nolabel.jsonl.gz: column 'label' is missing"):
+        train_classifier(*arguments(tmp_path, train_file=str(nolabel)))
+    with pytest.raises(ValueError, match=r"Bad setting.*learning_rat"):
+        arguments(tmp_path, learning_rat=0.1)
+
+
+def test_evaluating_labels_outside_num_labels_is_refused(tmp_path):
+    tokenizer = train_bpe_tokenizer(POSITIVE + NEGATIVE, vocab_size=300, min_frequency=1)
+    folder = _tiny_classifier_folder(tmp_path, tokenizer)
+    three = tmp_path / "three.jsonl.gz"
+    with gzip.open(three, "wt") as handle:
+        handle.write(json.dumps({"text": "fine", "label": 2}) + "\n")
+    args, _ = arguments(tmp_path)
+    with pytest.raises(ValueError, match=r"labels \[2\] are outside the model's num_labels=2"):
+        evaluate_classifier(folder, args, str(three))

@@ -1,0 +1,171 @@
+"""The encoder alone as a text classifier: data, tokenizer, masked-LM self-pretraining and fine-tuning
+with ``transformers.Trainer``, and evaluation with a confusion matrix.
+
+Data are ``datasets`` JSON Lines with a text and a label column (the layout of ``../shared/data/imdb``)
+or a Hub data set. Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB)
+become spaces. Long texts keep their head and their tail (Sun et al., 2019: the first 128 and the last
+tokens of a review carry most of its sentiment), so the verdict at the end of a review survives.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, load_dataset
+
+BREAKS = re.compile(r"<br\s*/?>", re.IGNORECASE)
+
+
+@dataclass
+class ClassificationArguments:
+    dataset: str = field(default="json", metadata={"help": "'json' (local files) or a Hub data set id."})
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Folder relative files are read from ($VT_DATA_DIR)."}
+    )
+    train_file: str | None = "imdb/train.jsonl.gz"
+    validation_file: str | None = None
+    test_file: str | None = "imdb/test.jsonl.gz"
+    unlabelled_files: list[str] = field(
+        default_factory=list, metadata={"help": "Extra text for masked-LM pre-training."}
+    )
+    text_column: str = "text"
+    label_column: str = "label"
+    class_names: list[str] | None = field(
+        default=None, metadata={"help": "Names of labels 0, 1, ... (default: from the data)."}
+    )
+    validation_fraction: float = 0.04
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    vocab_size: int = 16000
+    max_length: int = 512
+    head_tokens: int = 128
+    d_model: int = 256
+    d_ff: int = 1024
+    num_heads: int = 4
+    num_layers: int = 4
+    dropout: float = 0.1
+    classifier_pooling: str = "mean"
+    pretrained_model: str | None = field(
+        default=None, metadata={"help": "Fine-tune from this folder (e.g. an MLM checkpoint)."}
+    )
+    mlm_probability: float = 0.15
+    run_dir: str = "runs/imdb-classifier"
+
+
+def clean_text(text: str) -> str:
+    """HTML line breaks become spaces; nothing else is changed (any language, any case)."""
+    return " ".join(BREAKS.sub(" ", text).split())
+
+
+def data_path(args: ClassificationArguments, value: str) -> str:
+    from .data import data_dir
+
+    root = data_dir(args.data_dir)
+    return str(root / value) if root is not None and not Path(value).is_absolute() else value
+
+
+def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
+    """Read a labelled split and check it: both columns present, no empty text, integer labels."""
+    if args.dataset != "json":
+        return load_dataset(args.dataset, split=file)  # the path users with network take
+    path = data_path(args, file)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"No such data file: {path}")
+    data = load_dataset("json", data_files=path, split="train")
+    for column in (args.text_column, args.label_column):
+        if column not in data.column_names:
+            raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
+    for index, (text, label) in enumerate(zip(data[args.text_column], data[args.label_column], strict=True)):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{path}: row {index} has an empty {args.text_column!r}.")
+        if not isinstance(label, int) or isinstance(label, bool):
+            raise ValueError(
+                f"{path}: row {index} has {args.label_column!r}={label!r}; labels must be integers."
+            )
+    return data
+
+
+def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[int, str], dict[str, int]]:
+    """id2label/label2id: the given names, else NEGATIVE/POSITIVE for 0/1 data, else LABEL_i."""
+    count = max(labels) + 1
+    if min(labels) < 0:
+        raise ValueError(f"Labels must be 0..num_labels-1, found {min(labels)}.")
+    if args.class_names is not None:
+        if count > len(args.class_names):
+            raise ValueError(f"Label {count - 1} has no name: `class_names` lists {len(args.class_names)}.")
+        names = list(args.class_names)
+    elif count == 2:
+        names = ["NEGATIVE", "POSITIVE"]
+    else:
+        names = [f"LABEL_{i}" for i in range(count)]
+    return dict(enumerate(names)), {name: i for i, name in enumerate(names)}
+
+
+def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_tokens: int) -> list[list[int]]:
+    """Tokenize; a text longer than ``max_length`` keeps its first ``head_tokens`` and its last tokens."""
+    encoded = tokenizer([clean_text(t) for t in texts], add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    budget = max_length - 1  # room for </s>
+    tail = budget - min(head_tokens, budget)
+    result = []
+    for ids in encoded:
+        if len(ids) > budget:
+            ids = ids[: budget - tail] + (ids[-tail:] if tail else [])
+        result.append(ids + [eos])
+    return result
+
+
+def classification_metrics(predictions: np.ndarray, labels: np.ndarray, num_labels: int) -> dict[str, float]:
+    """Accuracy, macro F1 (binary F1 of the positive class for two labels) and the confusion matrix."""
+    confusion = np.zeros((num_labels, num_labels), dtype=np.int64)
+    np.add.at(confusion, (labels, predictions), 1)
+    true_positive = np.diag(confusion).astype(np.float64)
+    precision = true_positive / np.maximum(confusion.sum(axis=0), 1)
+    recall = true_positive / np.maximum(confusion.sum(axis=1), 1)
+    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
+    metrics = {"accuracy": float(true_positive.sum() / max(len(labels), 1))}
+    metrics["f1"] = float(f1[1]) if num_labels == 2 else float(f1.mean())
+    metrics["confusion_matrix"] = confusion.tolist()
+    return metrics
+
+
+def plot_confusion_matrix(confusion: list[list[int]], names: list[str], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    matrix = np.asarray(confusion)
+    figure, axis = plt.subplots(figsize=(4.5, 4), dpi=120)
+    axis.imshow(matrix, cmap="Blues")
+    axis.set_xticks(range(len(names)), names, rotation=30)
+    axis.set_yticks(range(len(names)), names)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
+    for (row, column), value in np.ndenumerate(matrix):
+        color = "white" if value > matrix.max() / 2 else "black"
+        axis.text(column, row, f"{value:,}", ha="center", va="center", color=color)
+    axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def write_json(path: Path, payload: dict) -> None:
+    path.write_text(json.dumps(payload, indent=2))
+
+
+__all__ = [
+    "ClassificationArguments",
+    "clean_text",
+    "encode_head_tail",
+    "classification_metrics",
+    "plot_confusion_matrix",
+    "load_labelled",
+    "label_maps",
+]

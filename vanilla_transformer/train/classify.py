@@ -1,0 +1,185 @@
+"""Run the classification recipe with ``transformers.Trainer``: masked-LM self-pretraining on the task's
+own text, fine-tuning a classifier, and evaluating one on a labelled file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, load_dataset
+from transformers import (
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+)
+
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..modeling_vanilla_transformer import (
+    VanillaTransformerForMaskedLM,
+    VanillaTransformerForSequenceClassification,
+)
+from ..tokenization import MASK_TOKEN, train_bpe_tokenizer
+from .classification import (
+    ClassificationArguments,
+    classification_metrics,
+    clean_text,
+    data_path,
+    encode_head_tail,
+    label_maps,
+    load_labelled,
+    plot_confusion_matrix,
+    write_json,
+)
+
+
+def tokenizer_for(args: ClassificationArguments, texts: list[str]):
+    """Reuse the tokenizer of ``pretrained_model`` or of an earlier run, else train one (with ``<mask>``)."""
+    for folder in (args.pretrained_model, Path(args.run_dir) / "tokenizer"):
+        if folder and (Path(folder) / "tokenizer.json").is_file():
+            return AutoTokenizer.from_pretrained(folder)
+    tokenizer = train_bpe_tokenizer(
+        (clean_text(t) for t in texts),
+        vocab_size=args.vocab_size,
+        model_max_length=args.max_length,
+        extra_special_tokens=(MASK_TOKEN,),
+    )
+    tokenizer.save_pretrained(Path(args.run_dir) / "tokenizer")
+    return tokenizer
+
+
+def model_config(args: ClassificationArguments, tokenizer, **extra) -> VanillaTransformerConfig:
+    return VanillaTransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        d_ff=args.d_ff,
+        num_heads=args.num_heads,
+        num_encoder_layers=args.num_layers,
+        num_decoder_layers=0,
+        dropout=args.dropout,
+        max_position_embeddings=args.max_length,
+        classifier_pooling=args.classifier_pooling,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        is_encoder_decoder=False,
+        **extra,
+    )
+
+
+def _encode(dataset: Dataset, tokenizer, args: ClassificationArguments, with_labels: bool) -> Dataset:
+    def encode(batch):
+        ids = encode_head_tail(tokenizer, batch[args.text_column], args.max_length, args.head_tokens)
+        out = {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]}
+        if with_labels:
+            out["labels"] = batch[args.label_column]
+        return out
+
+    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, desc="Tokenizing")
+
+
+def _subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
+    dataset = dataset.shuffle(seed=seed)  # IMDB rows are grouped by label
+    return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+
+
+def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> Path:
+    """BERT-style masked-LM pre-training of the encoder on the training texts and ``unlabelled_files``."""
+    train = load_labelled(args, args.train_file)
+    texts = list(train[args.text_column])
+    for file in args.unlabelled_files:
+        texts += list(load_dataset("json", data_files=data_path(args, file), split="train")[args.text_column])
+    tokenizer = tokenizer_for(args, texts)
+    corpus = _encode(Dataset.from_dict({args.text_column: texts}), tokenizer, args, with_labels=False)
+    model = VanillaTransformerForMaskedLM(model_config(args, tokenizer))
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
+    trainer = Trainer(model=model, args=training, train_dataset=corpus, data_collator=collator)
+    trainer.train(resume_from_checkpoint=_last_checkpoint(training.output_dir))
+    output = Path(args.run_dir) / "mlm"
+    trainer.save_model(output)
+    tokenizer.save_pretrained(output)
+    return output
+
+
+def train_classifier(args: ClassificationArguments, training: TrainingArguments) -> dict:
+    """Fine-tune (or train from scratch) the classifier; evaluates on the test file when given."""
+    train = _subset(load_labelled(args, args.train_file), args.max_train_examples, training.seed)
+    if args.validation_file:
+        validation = load_labelled(args, args.validation_file)
+    else:
+        parts = train.train_test_split(test_size=args.validation_fraction, seed=training.seed)
+        train, validation = parts["train"], parts["test"]
+    id2label, label2id = label_maps(
+        args, list(train[args.label_column]) + list(validation[args.label_column])
+    )
+    tokenizer = tokenizer_for(args, list(train[args.text_column]))
+    extra = {"num_labels": len(id2label), "id2label": id2label, "label2id": label2id}
+    if args.pretrained_model:
+        model = VanillaTransformerForSequenceClassification.from_pretrained(args.pretrained_model, **extra)
+    else:
+        model = VanillaTransformerForSequenceClassification(model_config(args, tokenizer, **extra))
+
+    def compute_metrics(prediction) -> dict:
+        metrics = classification_metrics(
+            np.argmax(prediction.predictions, axis=-1), prediction.label_ids, len(id2label)
+        )
+        metrics.pop("confusion_matrix")
+        return metrics
+
+    trainer = Trainer(
+        model=model,
+        args=training,
+        train_dataset=_encode(train, tokenizer, args, with_labels=True),
+        eval_dataset=_encode(validation, tokenizer, args, with_labels=True),
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+        compute_metrics=compute_metrics,
+    )
+    trainer.train(resume_from_checkpoint=_last_checkpoint(training.output_dir))
+    output = Path(args.run_dir) / "model"
+    trainer.save_model(output)
+    results = {"validation": trainer.evaluate()}
+    if args.test_file:
+        results["test"] = evaluate_classifier(output, args, args.test_file)
+    write_json(Path(args.run_dir) / "results.json", results)
+    return results
+
+
+def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, file: str) -> dict:
+    """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file."""
+    model = VanillaTransformerForSequenceClassification.from_pretrained(model_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    data = _subset(load_labelled(args, file), args.max_eval_examples, 0)
+    num_labels = model.config.num_labels
+    bad = [label for label in set(data[args.label_column]) if not 0 <= label < num_labels]
+    if bad:
+        raise ValueError(f"{file}: labels {sorted(bad)} are outside the model's num_labels={num_labels}.")
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(
+            output_dir=str(Path(model_dir) / "eval"), report_to=[], per_device_eval_batch_size=64
+        ),
+        data_collator=DataCollatorWithPadding(tokenizer),
+    )
+    prediction = trainer.predict(_encode(data, tokenizer, args, with_labels=True))
+    metrics = classification_metrics(np.argmax(prediction.predictions, -1), prediction.label_ids, num_labels)
+    names = [model.config.id2label[i] for i in range(num_labels)]
+    image = plot_confusion_matrix(
+        metrics["confusion_matrix"],
+        names,
+        Path(model_dir) / "confusion_matrix.png",
+        f"{Path(file).name}: accuracy {metrics['accuracy']:.2%}",
+    )
+    metrics |= {"examples": len(data), "confusion_matrix_png": str(image)}
+    write_json(Path(model_dir) / "eval_results.json", metrics)
+    return metrics
+
+
+def _last_checkpoint(output_dir: str) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+
+
+__all__ = ["pretrain_mlm", "train_classifier", "evaluate_classifier"]
