@@ -4,12 +4,15 @@ Tiny English and Korean data the tests make."""
 import gzip
 import json
 import random
+import subprocess
+import sys
 from argparse import Namespace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling, pipeline
 
 from vanilla_transformer import VanillaTransformerForMaskedLM, VanillaTransformerForSequenceClassification
@@ -112,6 +115,12 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     assert (folder / "confusion_matrix.png").stat().st_size > 1000
     model = VanillaTransformerForSequenceClassification.from_pretrained(folder)
     assert model.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}  # labels round-trip through save/load
+    card = ModelCard.load(folder / "README.md")
+    accuracy = [
+        r for r in card.data.eval_results if r.metric_type == "accuracy" and "held out" not in r.dataset_split
+    ]
+    assert accuracy[0].metric_value == pytest.approx(100 * results["test"]["accuracy"], abs=1e-3)
+    assert card.data.pipeline_tag == "text-classification"
     classify = pipeline("text-classification", model=str(folder))
     assert classify("정말 재미있는 영화")[0]["label"] in {"NEGATIVE", "POSITIVE"}
     assert classify(["loved every minute . great acting"])[0]["label"] == "POSITIVE"
@@ -215,3 +224,21 @@ def test_evaluating_labels_outside_num_labels_is_refused(tmp_path):
     args, _ = arguments(tmp_path)
     with pytest.raises(ValueError, match=r"labels \[2\] are outside the model's num_labels=2"):
         evaluate_classifier(folder, args, str(three))
+
+
+def test_plain_script_reports_bad_labels_by_name(tmp_path):
+    tokenizer = train_bpe_tokenizer(POSITIVE + NEGATIVE, vocab_size=300, min_frequency=1)
+    folder = _tiny_classifier_folder(tmp_path, tokenizer)
+    three = tmp_path / "three.jsonl.gz"
+    with gzip.open(three, "wt") as handle:
+        handle.write(json.dumps({"text": "fine", "label": 2}) + "\n")
+    script = Path(__file__).parents[1] / "training" / "train_classifier.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "evaluate", "--model", str(folder), "--file", str(three)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode != 0
+    assert "three.jsonl.gz: labels [2] are outside the model's num_labels=2" in done.stderr
+    assert not (folder / "eval_results.json").exists()  # nothing written

@@ -9,12 +9,19 @@ import sys
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.tokenization import train_bpe_tokenizer
 from vanilla_transformer.train.arguments import load_arguments
 from vanilla_transformer.train.batching import TokenBudgetBatchSampler
-from vanilla_transformer.train.checkpoints import average_checkpoints, checkpoint_dirs, latest_checkpoint
+from vanilla_transformer.train.checkpoints import (
+    STATE_FILE,
+    average_checkpoints,
+    checkpoint_dirs,
+    latest_checkpoint,
+    spaced_checkpoints,
+)
 from vanilla_transformer.train.loop import train
 from vanilla_transformer.train.schedule import transformer_learning_rate, transformer_lr_scheduler
 from vanilla_transformer.train.synthetic import german_number, synthetic_pairs
@@ -174,6 +181,11 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
     checkpoint = latest_checkpoint(folder / "checkpoints")
     assert checkpoint.name == "step-00000040"
     assert {p.name for p in checkpoint.iterdir()} == {"model", "state", "trainer_state.json"}
+    card = ModelCard.load(folder / "model" / "README.md")  # the filled card, with this run's numbers
+    (evaluated,) = [r for r in card.data.eval_results if r.metric_name.startswith("sacreBLEU")]
+    assert evaluated.metric_value == pytest.approx(results["test"]["sacrebleu"], abs=1e-4)
+    assert card.data.pipeline_tag == "translation" and card.data.language == ["en", "de"]
+    assert "## Architecture" in card.text and "40" in card.text
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
@@ -203,6 +215,30 @@ def test_averaging_two_checkpoints_averages_their_tensors(tmp_path):
     for name in a:
         torch.testing.assert_close(mean[name], (a[name] + b[name]) / 2)
     assert AutoTokenizer.from_pretrained(output).pad_token_id == 0
+
+
+def test_average_last_makes_the_final_model_the_mean_of_the_last_checkpoints(tmp_path):
+    results, folder = run(tmp_path, "run", max_steps=6, save_every=2, average_last=2)
+    assert results["averaged_checkpoints"] == ["step-00000004", "step-00000006"]
+    last_two = [
+        AutoModelForSeq2SeqLM.from_pretrained(folder / "checkpoints" / name / "model").state_dict()
+        for name in results["averaged_checkpoints"]
+    ]
+    final = AutoModelForSeq2SeqLM.from_pretrained(folder / "model").state_dict()
+    for name, tensor in final.items():
+        torch.testing.assert_close(tensor, (last_two[0][name] + last_two[1][name]) / 2)
+    with pytest.raises(ValueError, match="`average_last` \\(6\\) cannot exceed `keep_last` \\(5\\)"):
+        load_arguments(None, {"average_last": 6})
+
+
+def test_a_final_save_just_after_a_periodic_one_is_not_averaged_twice(tmp_path):
+    for step in (2000, 2500, 3000, 3500, 3501):
+        folder = tmp_path / f"step-{step:08d}"
+        folder.mkdir()
+        (folder / STATE_FILE).write_text("{}")
+    names = [folder.name for folder in spaced_checkpoints(tmp_path, 3, spacing=500)]
+    assert names == ["step-00002500", "step-00003000", "step-00003501"]
+    assert [f.name for f in spaced_checkpoints(tmp_path, 2, spacing=1)] == ["step-00003500", "step-00003501"]
 
 
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):

@@ -94,6 +94,10 @@ class TranslationTrainingArguments:
     output_dir: str = "runs/synthetic-en-de"
     save_every: int = 200
     keep_last: int = 5
+    average_last: int = field(
+        default=1,
+        metadata={"help": "§6.1: the final model averages the last N checkpoints (1: the last weights)."},
+    )
     resume: bool = False
     log_every: int = 50
     report_to: str = field(default="tensorboard", metadata={"help": "An Accelerate tracker name, or 'none'."})
@@ -101,9 +105,22 @@ class TranslationTrainingArguments:
     def __post_init__(self):
         if self.max_tokens < 1:
             raise ValueError(f"`max_tokens` must be positive, got {self.max_tokens}.")
-        for name in ("max_steps", "warmup_steps", "eval_every", "save_every", "keep_last", "log_every"):
+        for name in (
+            "max_steps",
+            "warmup_steps",
+            "eval_every",
+            "save_every",
+            "keep_last",
+            "log_every",
+            "average_last",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
+        if self.average_last > self.keep_last:
+            raise ValueError(
+                f"`average_last` ({self.average_last}) cannot exceed `keep_last` ({self.keep_last}): "
+                "older checkpoints are deleted."
+            )
         if self.dataset == "json" and not self.train_file:
             raise ValueError(
                 "`dataset: json` needs `train_file` (and usually `validation_file`, `test_file`)."

@@ -33,6 +33,22 @@ def checkpoint_dirs(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(STEP_DIR.match(p.name).group(1)))
 
 
+def spaced_checkpoints(root: Path, last: int, spacing: int) -> list[Path]:
+    """The last ``last`` checkpoints of a run at least about ``spacing`` updates apart (§6.1 averages
+    checkpoints written at regular intervals). A checkpoint written only a few updates before the next
+    one (the final save when a time budget stops a run just after a periodic save) is left out, so it
+    does not count twice in the average."""
+    chosen: list[Path] = []
+    for folder in reversed(checkpoint_dirs(root)):
+        if len(chosen) == last:
+            break
+        step = int(STEP_DIR.match(folder.name).group(1))
+        if chosen and int(STEP_DIR.match(chosen[-1].name).group(1)) - step < spacing // 2:
+            continue
+        chosen.append(folder)
+    return chosen[::-1]
+
+
 def latest_checkpoint(root: Path) -> Path | None:
     found = checkpoint_dirs(root)
     return found[-1] if found else None

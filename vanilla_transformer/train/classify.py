@@ -16,6 +16,7 @@ from transformers import (
 )
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model_card import Result, write_model_card
 from ..modeling_vanilla_transformer import (
     VanillaTransformerForMaskedLM,
     VanillaTransformerForSequenceClassification,
@@ -99,6 +100,24 @@ def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> 
     output = Path(args.run_dir) / "mlm"
     trainer.save_model(output)
     tokenizer.save_pretrained(output)
+    name, kind = _data_name(args)
+    write_model_card(
+        output,
+        model,
+        task="fill-mask",
+        name=Path(args.run_dir).name + "-mlm",
+        summary="The Transformer's encoder pre-trained as a BERT-style masked language model on the task's "
+        "own text, to be fine-tuned as a classifier.",
+        results=[],
+        datasets=[] if kind == "json" else [name],
+        training={
+            "data": f"{name}: {len(corpus):,} texts",
+            "epochs": training.num_train_epochs,
+            "batch size": training.per_device_train_batch_size,
+            "learning rate": training.learning_rate,
+            "masking": f"{args.mlm_probability:.0%} of tokens",
+        },
+    )
     return output
 
 
@@ -136,14 +155,59 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
     )
-    trainer.train(resume_from_checkpoint=_last_checkpoint(training.output_dir))
+    train_output = trainer.train(resume_from_checkpoint=_last_checkpoint(training.output_dir))
     output = Path(args.run_dir) / "model"
     trainer.save_model(output)
-    results = {"validation": trainer.evaluate()}
+    results = {
+        "train": train_output.metrics,
+        "validation": trainer.evaluate(),
+    }
     if args.test_file:
         results["test"] = evaluate_classifier(output, args, args.test_file)
     write_json(Path(args.run_dir) / "results.json", results)
+    _classifier_card(args, training, model, results, output, len(train))
     return results
+
+
+def _classifier_card(args, training, model, results: dict, folder: Path, examples: int) -> Path:
+    name, kind = _data_name(args)
+    scores = []
+    for split, file in (("validation", args.validation_file or args.train_file), ("test", args.test_file)):
+        metrics = results.get(split)
+        if not metrics:
+            continue
+        prefix = "eval_" if split == "validation" else ""
+        split_name = Path(file).name.split(".")[0] + (" (held out)" if split == "validation" else "")
+        for metric in ("accuracy", "f1"):
+            if f"{prefix}{metric}" in metrics:
+                value = 100 * metrics[f"{prefix}{metric}"]
+                scores.append(Result("text-classification", metric, metric, value, name, kind, split_name))
+    head = min(args.head_tokens, args.max_length - 1)
+    start = f"fine-tuned from {args.pretrained_model}" if args.pretrained_model else "trained from scratch"
+    return write_model_card(
+        folder,
+        model,
+        task="text-classification",
+        name=Path(args.run_dir).name,
+        summary=f"The Transformer's encoder alone as a text classifier, {start} with `transformers.Trainer` "
+        f"(labels: {', '.join(model.config.id2label.values())}). Values in percent.",
+        results=scores,
+        datasets=[] if kind == "json" else [name],
+        training={
+            "data": f"{name}: {examples:,} training examples",
+            "epochs": training.num_train_epochs,
+            "batch size": training.per_device_train_batch_size,
+            "learning rate": training.learning_rate,
+            "training time": f"{results['train'].get('train_runtime', 0) / 60:.1f} min (this session)",
+            "truncation": f"first {head} + last {args.max_length - 1 - head} tokens, then </s>",
+        },
+    )
+
+
+def _data_name(args: ClassificationArguments) -> tuple[str, str]:
+    if args.dataset == "json":
+        return Path(args.train_file).parent.name or "local", "json"
+    return args.dataset, args.dataset
 
 
 def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, file: str) -> dict:

@@ -20,11 +20,18 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..model_card import Result, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..tokenization import train_bpe_tokenizer
 from .arguments import TranslationTrainingArguments
 from .batching import TokenBudgetBatchSampler
-from .checkpoints import STATE_FILE, latest_checkpoint, save_checkpoint
+from .checkpoints import (
+    STATE_FILE,
+    average_checkpoints,
+    latest_checkpoint,
+    save_checkpoint,
+    spaced_checkpoints,
+)
 from .data import load_translation_splits, tokenize_pairs
 from .evaluation import bleu_scores, translate
 from .plots import plot_history
@@ -198,6 +205,16 @@ def train(args: TranslationTrainingArguments) -> dict:
         over_epochs = args.max_epochs is not None and state["epoch"] >= args.max_epochs
         return state["step"] >= args.max_steps or over_time or over_epochs
 
+    def minutes_left() -> str:
+        """The ETA of whichever budget ends first: updates (at this session's rate) or wall-clock minutes."""
+        elapsed = time.time() - session_start
+        rate = (state["step"] - first_step) / max(time.time() - resumed_at, 1e-9)
+        left = (args.max_steps - state["step"]) / max(rate, 1e-9)
+        if args.max_minutes is not None:
+            left = min(left, 60 * args.max_minutes - elapsed)
+        return f"{max(left, 0) / 60:.1f}min"
+
+    first_step, resumed_at = state["step"], time.time()
     while not done:
         train_sampler.set_epoch(state["epoch"])
         batches = train_loader
@@ -232,6 +249,7 @@ def train(args: TranslationTrainingArguments) -> dict:
                     loss=f"{metrics['train/loss']:.3f}",
                     lr=f"{metrics['train/lr']:.2e}",
                     tok_s=f"{metrics['train/tokens_per_second']:,.0f}",
+                    eta=minutes_left(),
                 )
                 accelerator.log(metrics, step=state["step"])
                 if accelerator.is_main_process:
@@ -268,8 +286,15 @@ def train(args: TranslationTrainingArguments) -> dict:
     results = {"updates": state["step"], "training_minutes": training_minutes}
     if accelerator.is_main_process:
         final = accelerator.unwrap_model(model)
-        final.save_pretrained(output_dir / "model")
-        tokenizer.save_pretrained(output_dir / "model")
+        averaged = spaced_checkpoints(checkpoints_root, args.average_last, args.save_every)
+        if len(averaged) > 1:  # §6.1: the last checkpoints averaged
+            average_checkpoints(averaged, output_dir / "model")
+            final = type(final).from_pretrained(output_dir / "model").to(final.device)
+            results["averaged_checkpoints"] = [folder.name for folder in averaged]
+            print(f"Final model: the average of {', '.join(results['averaged_checkpoints'])}.")
+        else:
+            final.save_pretrained(output_dir / "model")
+            tokenizer.save_pretrained(output_dir / "model")
         results["parameters"] = final.num_parameters()
         results["history"] = state["history"]
         if "test" in splits:
@@ -286,6 +311,7 @@ def train(args: TranslationTrainingArguments) -> dict:
                 f"lowercased tokenized {scores['bleu_lc_tok']:.2f}"
             )
         (output_dir / "results.json").write_text(json.dumps(results, indent=2))
+        write_translation_card(args, final, results, output_dir / "model")
         plot = plot_history(
             state["history"], output_dir / "bleu_curve.png", f"{args.source_lang} -> {args.target_lang}"
         )
@@ -295,6 +321,47 @@ def train(args: TranslationTrainingArguments) -> dict:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
+
+
+def write_translation_card(args, model, results: dict, folder: Path) -> Path:
+    """The filled model card of this run: its test BLEU (both conventions), data, length and recipe."""
+    if args.dataset in ("json", "text"):
+        name, kind = Path(args.train_file).parent.name or "local", args.dataset
+    else:
+        name, kind = args.dataset, args.dataset
+    split = Path(args.test_file).name.split(".")[0] if args.test_file else "test"
+    pair = f"{args.source_lang}-{args.target_lang}"
+    scores = [
+        Result("translation", "bleu", "sacreBLEU (cased, 13a)", value, name, kind, split)
+        for value in [results.get("test", {}).get("sacrebleu")]
+        if value is not None
+    ] + [
+        Result("translation", "bleu", "BLEU (lowercased, tokenized)", value, name, kind, split)
+        for value in [results.get("test", {}).get("bleu_lc_tok")]
+        if value is not None
+    ]
+    training = {
+        "data": f"{name} ({pair})",
+        "updates": results["updates"],
+        "training time": f"{results['training_minutes']:.1f} min",
+        "tokens per batch": args.max_tokens,
+        "optimizer": f"Adam({args.adam_beta1}, {args.adam_beta2}, eps={args.adam_epsilon}), Eq. 3 "
+        f"(warmup {args.warmup_steps}, scale {args.lr_scale})",
+        "label smoothing": model.config.label_smoothing,
+        "final model": ", ".join(results.get("averaged_checkpoints", [])) or "last weights",
+    }
+    return write_model_card(
+        folder,
+        model,
+        task="translation",
+        name=Path(args.output_dir).name,
+        summary=f"A Transformer trained from scratch with vanilla-transformer to translate {pair} "
+        f"(beam {args.num_beams}, length penalty {args.length_penalty}).",
+        results=scores,
+        datasets=[name] if kind not in ("json", "text", "synthetic") else [],
+        training=training,
+        language=[args.source_lang, args.target_lang],
+    )
 
 
 def evaluate_during_training(args, accelerator, model, tokenizer, splits, valid_loader) -> dict:
