@@ -126,6 +126,22 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     assert classify(["loved every minute . great acting"])[0]["label"] == "POSITIVE"
     remote = pipeline("text-classification", model=str(folder), trust_remote_code=True)
     assert remote("a boring film")[0]["label"] == classify("a boring film")[0]["label"]
+    # Evaluation batches the rows by length; its accuracy is still that of row-by-row predictions.
+    rows = [json.loads(line) for line in gzip.open(args.test_file, "rt")]
+    predicted = [p["label"] for p in classify([clean_text(row["text"]) for row in rows], batch_size=1)]
+    truth = [model.config.id2label[row["label"]] for row in rows]
+    assert results["test"]["accuracy"] == pytest.approx(
+        np.mean([a == b for a, b in zip(predicted, truth, strict=True)])
+    )
+
+
+def test_max_minutes_stops_training_and_saves_a_checkpoint(tmp_path):
+    args, training = arguments(tmp_path, max_minutes=0, output_dir=str(tmp_path / "trainer"))
+    results = train_classifier(args, training)
+    assert results["train"]["epoch"] < 0.1  # one update of 60 planned
+    assert sorted(p.name for p in (tmp_path / "trainer").iterdir() if p.name.startswith("checkpoint")) == [
+        "checkpoint-1"
+    ]
 
 
 def test_padding_does_not_change_a_prediction(tmp_path):

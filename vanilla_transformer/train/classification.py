@@ -53,6 +53,10 @@ class ClassificationArguments:
         default=None, metadata={"help": "Fine-tune from this folder (e.g. an MLM checkpoint)."}
     )
     mlm_probability: float = 0.15
+    max_minutes: float | None = field(
+        default=None,
+        metadata={"help": "Stop training (and save) after this many minutes of this invocation."},
+    )
     run_dir: str = "runs/imdb-classifier"
 
 

@@ -3,6 +3,7 @@ own text, fine-tuning a classifier, and evaluating one on a labelled file."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from transformers import (
     DataCollatorForLanguageModeling,
     DataCollatorWithPadding,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
 )
 
@@ -33,6 +35,28 @@ from .classification import (
     plot_confusion_matrix,
     write_json,
 )
+
+
+class TimeBudget(TrainerCallback):
+    """Ends training after ``max_minutes`` of this invocation, saving a checkpoint first, so a budgeted
+    run stops cleanly and ``--resume``-style continuation (the Trainer's last checkpoint) picks it up."""
+
+    def __init__(self, max_minutes: float):
+        self.max_minutes = max_minutes
+        self.start = time.monotonic()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.start >= 60 * self.max_minutes:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def _callbacks(args: ClassificationArguments) -> list[TrainerCallback]:
+    return [TimeBudget(args.max_minutes)] if args.max_minutes is not None else []
 
 
 def tokenizer_for(args: ClassificationArguments, texts: list[str]):
@@ -95,7 +119,9 @@ def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> 
     corpus = _encode(Dataset.from_dict({args.text_column: texts}), tokenizer, args, with_labels=False)
     model = VanillaTransformerForMaskedLM(model_config(args, tokenizer))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
-    trainer = Trainer(model=model, args=training, train_dataset=corpus, data_collator=collator)
+    trainer = Trainer(
+        model=model, args=training, train_dataset=corpus, data_collator=collator, callbacks=_callbacks(args)
+    )
     trainer.train(resume_from_checkpoint=_last_checkpoint(training.output_dir))
     output = Path(args.run_dir) / "mlm"
     trainer.save_model(output)
@@ -154,6 +180,7 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
+        callbacks=_callbacks(args),
     )
     train_output = trainer.train(resume_from_checkpoint=_last_checkpoint(training.output_dir))
     output = Path(args.run_dir) / "model"
@@ -226,7 +253,10 @@ def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, fi
         ),
         data_collator=DataCollatorWithPadding(tokenizer),
     )
-    prediction = trainer.predict(_encode(data, tokenizer, args, with_labels=True))
+    encoded = _encode(data, tokenizer, args, with_labels=True)
+    # Shortest first: batches of similar lengths pad little (the labels travel with their rows).
+    encoded = encoded.select(np.argsort([len(ids) for ids in encoded["input_ids"]], kind="stable"))
+    prediction = trainer.predict(encoded)
     metrics = classification_metrics(np.argmax(prediction.predictions, -1), prediction.label_ids, num_labels)
     names = [model.config.id2label[i] for i in range(num_labels)]
     image = plot_confusion_matrix(
