@@ -85,6 +85,16 @@ def arguments(tmp_path, stage="train", **extra):
     return _classification_arguments(Namespace(recipe=None, set=settings(tmp_path, **extra)), stage)
 
 
+@pytest.mark.parametrize(
+    "recipe", sorted((Path(__file__).parent.parent / "training" / "configs").glob("imdb_*.yaml")), ids=str
+)
+def test_committed_recipes_parse(recipe):
+    """Every setting of a shipped recipe is one the classifier or transformers' Trainer knows."""
+    args, training = _classification_arguments(Namespace(recipe=str(recipe), set=[]), "train")
+    assert args.run_dir.startswith("runs/") and training.output_dir.startswith(args.run_dir)
+    assert 0 < training.warmup_steps < 1  # a ratio of the updates, as transformers 5 spells it
+
+
 def test_clean_text_keeps_language_and_case():
     assert clean_text("Great!<br /><br />Really GREAT.<br/>정말") == "Great! Really GREAT. 정말"
 

@@ -344,7 +344,7 @@ def test_committed_recipes_parse():
     recipes = sorted((Path(__file__).parent.parent / "training" / "configs").glob("*.yaml"))
     recipes = [
         r for r in recipes if not r.name.startswith("imdb_")
-    ]  # classification recipes: tests/test_classification.py
+    ]  # classification recipes: tests/test_classification.py::test_committed_recipes_parse
     assert recipes, "training/configs/ holds the recipes"
     for recipe in recipes:
         assert load_arguments(str(recipe)).output_dir
