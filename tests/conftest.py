@@ -10,6 +10,9 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+
 from vanilla_transformer import VanillaTransformerConfig  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
@@ -52,3 +55,33 @@ def random_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+CORPUS = [
+    "a wonderful film with a great cast",
+    "a boring film with a terrible plot",
+    "great acting and a wonderful story",
+    "terrible acting and a boring story",
+    "정말 재미있는 영화",
+    "정말 지루한 영화",
+]
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """A real BPE fast tokenizer (English and Korean) whose special ids match the tiny configs."""
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.normalizer = normalizers.NFKC()
+    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
+    trainer = trainers.BpeTrainer(vocab_size=99, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
+    bpe.train_from_iterator(CORPUS, trainer)
+    bpe.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
+    bpe.decoder = decoders.Metaspace()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        model_max_length=64,
+    )

@@ -75,8 +75,13 @@ def test_paper_generation_defaults():
     assert (config.decoder_start_token_id, config.eos_token_id, config.pad_token_id) == (1, EOS, PAD)
 
 
-def test_output_length_is_bounded_by_input_length_plus_50():
+@pytest.mark.parametrize("reload", [False, True], ids=["in-memory", "saved-and-loaded"])
+def test_output_length_is_bounded_by_input_length_plus_50(tmp_path, reload):
     model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+    if reload:  # the bound must survive generation_config.json (not fall back to max_length 20)
+        model.save_pretrained(tmp_path)
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+        assert model.generation_config.max_new_tokens_over_source == 50
     source = random_ids(2, 7)
     source[1, 3:] = PAD
     out = model.generate(

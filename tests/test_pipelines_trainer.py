@@ -1,42 +1,19 @@
 """The models inside transformers' tools: pipeline(...) with a real tokenizer, and one Trainer step."""
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
-from conftest import decoder_only_config, encoder_only_config
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast, Trainer, TrainingArguments, pipeline
+from conftest import CORPUS, decoder_only_config, encoder_only_config, tiny_config
+from transformers import Trainer, TrainingArguments, pipeline
 
-from vanilla_transformer import VanillaTransformerForCausalLM, VanillaTransformerForSequenceClassification
-
-CORPUS = [
-    "a wonderful film with a great cast",
-    "a boring film with a terrible plot",
-    "great acting and a wonderful story",
-    "terrible acting and a boring story",
-    "정말 재미있는 영화",
-    "정말 지루한 영화",
-]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
-    bpe.normalizer = normalizers.NFKC()
-    bpe.pre_tokenizer = pre_tokenizers.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=99, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
-    bpe.train_from_iterator(CORPUS, trainer)
-    bpe.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    from tokenizers import decoders
-
-    bpe.decoder = decoders.Metaspace()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        model_max_length=64,
-    )
+from vanilla_transformer import (
+    VanillaTransformerForCausalLM,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForSequenceClassification,
+)
 
 
 def test_tokenizer_ids_match_the_config(tokenizer):
@@ -99,3 +76,138 @@ def test_one_trainer_step_updates_the_weights(tokenizer, tmp_path):
     result = Trainer(model=model, args=args, train_dataset=dataset).train()
     assert result.global_step == 1 and result.training_loss > 0
     assert not torch.equal(before, model.classifier.weight)
+
+
+PAIRS = ["a wonderful film", "a boring story with a terrible plot", "great acting"]
+
+TRANSLATE_REMOTELY = """
+import sys
+sys.modules["vanilla_transformer"] = None  # the package must not be importable here
+import json
+from transformers import pipeline
+translate = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
+assert type(translate).__module__.startswith("transformers_modules"), type(translate).__module__
+print(json.dumps(translate(json.loads(sys.argv[2]))))
+"""
+
+
+@pytest.fixture
+def translation_folder(tokenizer, tmp_path):
+    model = VanillaTransformerForConditionalGeneration(tiny_config(source_lang="en", target_lang="ko")).eval()
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def _reference_translations(folder, tokenizer, texts, **generate_kwargs):
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder).eval()
+    outputs = []
+    for text in texts:
+        ids = model.generate(**tokenizer(text, return_tensors="pt"), **generate_kwargs)[0]
+        outputs.append(tokenizer.decode(ids, skip_special_tokens=True))
+    return outputs
+
+
+def test_translation_pipeline_in_process_matches_generate(tokenizer, translation_folder):
+    translate = pipeline("vanilla-translation", model=str(translation_folder))
+    assert translate.model.generation_config.num_beams == 4  # §6.1 defaults reach the pipeline
+    expected = _reference_translations(translation_folder, tokenizer, PAIRS)
+    assert [translate(text)[0]["translation_text"] for text in PAIRS] == expected
+    # Batched: one dict per input, same text. Greedy, so padding cannot reorder near-tied beams, and
+    # a fixed length, since the §6.1 bound follows the longest source of a batch (untrained: no EOS).
+    greedy = _reference_translations(translation_folder, tokenizer, PAIRS, num_beams=1, max_new_tokens=10)
+    batched = translate(PAIRS, batch_size=2, num_beams=1, max_new_tokens=10)
+    assert [item["translation_text"] for item in batched] == greedy
+    several = translate(PAIRS[0], num_return_sequences=2)
+    assert len(several) == 2 and all("translation_text" in item for item in several)
+
+
+def test_translation_pipeline_checks_the_language_pair(translation_folder):
+    translate = pipeline("vanilla-translation", model=str(translation_folder))
+    assert translate(PAIRS[0], src_lang="en", tgt_lang="ko")[0]["translation_text"] is not None
+    with pytest.raises(ValueError, match=r"src_lang='de'.*translates en -> ko"):
+        translate(PAIRS[0], src_lang="de")
+
+
+def test_saved_folder_serves_the_translation_task_by_its_own_name(tokenizer, translation_folder):
+    config = json.loads((translation_folder / "config.json").read_text())
+    assert config["custom_pipelines"]["translation"]["impl"] == "translation_pipeline.TranslationPipeline"
+    assert (translation_folder / "translation_pipeline.py").is_file()
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        pipeline("translation", model=str(translation_folder))
+    expected = _reference_translations(translation_folder, tokenizer, PAIRS[:2])
+    in_process = pipeline("translation", model=str(translation_folder), trust_remote_code=True)
+    assert [item["translation_text"] for item in in_process(PAIRS[:2])] == expected
+    # A Python with transformers and torch but without this package (the user who downloads it).
+    result = subprocess.run(
+        [sys.executable, "-c", TRANSLATE_REMOTELY, str(translation_folder), json.dumps(PAIRS[:2])],
+        cwd=translation_folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(translation_folder / "hf"),
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [item["translation_text"] for item in remote] == expected
+
+
+def test_seq2seq_trainer_fine_tunes_a_saved_checkpoint_scored_by_generated_bleu(
+    tokenizer, translation_folder, tmp_path
+):
+    """Users fine-tune a downloaded translation model as they fine-tune Marian or T5."""
+    from datasets import Dataset
+    from transformers import (
+        AutoModelForSeq2SeqLM,
+        DataCollatorForSeq2Seq,
+        Seq2SeqTrainer,
+        Seq2SeqTrainingArguments,
+    )
+
+    from vanilla_transformer.train.evaluation import bleu_metric
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(translation_folder)
+    sentences = CORPUS[:4]  # a copy task: target = source
+    data = Dataset.from_dict({"source": sentences, "target": sentences}).map(
+        lambda batch: tokenizer(batch["source"], text_target=batch["target"]),
+        batched=True,
+        remove_columns=["source", "target"],
+    )
+    args = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / "fine-tuned"),
+        max_steps=400,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        learning_rate=1e-2,
+        predict_with_generate=True,
+        generation_num_beams=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=1000,
+    )
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=data,
+        eval_dataset=data,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        processing_class=tokenizer,
+        compute_metrics=bleu_metric(tokenizer),
+    )
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    assert after["eval_loss"] < before["eval_loss"]
+    assert (
+        after["eval_sacrebleu"] > 60 > before["eval_sacrebleu"]
+    )  # it learned to copy (width 16: not perfectly)
+    trainer.save_model(tmp_path / "saved")
+    translate = pipeline("vanilla-translation", model=str(tmp_path / "saved"))
+    expected = _reference_translations(tmp_path / "saved", tokenizer, sentences[:1], num_beams=1)
+    assert translate(sentences[0], num_beams=1)[0]["translation_text"] == expected[0]

@@ -15,6 +15,7 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from .modeling_vanilla_transformer import (
@@ -25,6 +26,7 @@ from .modeling_vanilla_transformer import (
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,
 )
+from .translation_pipeline import REGISTERED_TASK, TranslationPipeline
 
 __version__ = "0.1.0"
 
@@ -41,6 +43,11 @@ VanillaTransformerConfig.register_for_auto_class()
 for _model_class, _auto_class in _AUTO_CLASSES.items():
     _auto_class.register(VanillaTransformerConfig, _model_class, exist_ok=True)
     _model_class.register_for_auto_class(_auto_class.__name__)
+# transformers refuses the task name "translation" in-process (it removed that pipeline); saved folders
+# serve it under that name with trust_remote_code, and this registration under "vanilla-translation".
+PIPELINE_REGISTRY.register_pipeline(
+    REGISTERED_TASK, pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+)
 
 __all__ = [
     "PRESETS",
@@ -51,4 +58,5 @@ __all__ = [
     "VanillaTransformerForSequenceClassification",
     "VanillaTransformerForCausalLM",
     "VanillaTransformerForMaskedLM",
+    "TranslationPipeline",
 ]

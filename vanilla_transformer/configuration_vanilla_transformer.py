@@ -87,6 +87,9 @@ class VanillaTransformerConfig(PretrainedConfig):
         classifier_pooling: how the sequence classifier pools encoder states: ``"mean"`` over real
             (non-padding) tokens, or ``"first"`` token (a BERT-style ``[CLS]``).
         classifier_dropout: dropout before the classification head; defaults to ``dropout``.
+        source_lang: language code of the text a translation model reads (e.g. ``"de"``), recorded by
+            the training run; the translation pipeline checks ``src_lang`` against it. Optional.
+        target_lang: language code of the text a translation model writes (e.g. ``"en"``). Optional.
 
     Example:
         >>> from vanilla_transformer import VanillaTransformerConfig
@@ -132,6 +135,8 @@ class VanillaTransformerConfig(PretrainedConfig):
     init_std: float | None = None
     classifier_pooling: str = "mean"
     classifier_dropout: float | None = None
+    source_lang: str | None = None
+    target_lang: str | None = None
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2

@@ -832,6 +832,9 @@ def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfi
     generation_config.length_penalty = 0.6
     generation_config.early_stopping = True
     generation_config.max_new_tokens_over_source = 50
+    # A deliberate config, not one derived from the model config: transformers reloads derived ones
+    # from the model config and would drop the §6.1 length bound above.
+    generation_config._from_model_config = False
     return generation_config
 
 
@@ -893,6 +896,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
         self.generation_config = paper_generation_config(config)
+        # The translation pipeline travels with the weights (save_pretrained copies the file this
+        # import names), so `pipeline("translation", model=folder, trust_remote_code=True)` works.
+        from .translation_pipeline import custom_pipelines_entry
+
+        if not getattr(config, "custom_pipelines", None):
+            config.custom_pipelines = custom_pipelines_entry()
 
     def _paper_tied_weights(self) -> dict[str, str]:
         if not self.config.tie_word_embeddings:
@@ -924,7 +933,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         as the longest source sentence of the batch + ``generation_config.max_new_tokens_over_source``
         (50 by default)."""
         config = generation_config if generation_config is not None else self.generation_config
-        offset = getattr(config, "max_new_tokens_over_source", None)
+        # Folders saved before the bound was stored keep §6.1's 50 rather than transformers' max_length 20.
+        offset = getattr(config, "max_new_tokens_over_source", 50)
         user_bound = "max_new_tokens" in kwargs or "max_length" in kwargs
         config_bound = config.max_new_tokens is not None or config.max_length not in (None, 20)
         source = inputs if inputs is not None else kwargs.get("input_ids")

@@ -91,4 +91,22 @@ def bleu_scores(
     return {"sacrebleu": cased, "bleu_lc_tok": lowercased}
 
 
-__all__ = ["translate", "bleu_scores", "moses_lowercase_tokenize"]
+def bleu_metric(tokenizer, target_lang: str = "en"):
+    """``compute_metrics`` for ``Seq2SeqTrainer(predict_with_generate=True)``: decodes the generated ids
+    and the labels (-100 = padding) and returns both BLEU conventions of :func:`bleu_scores`."""
+    import numpy as np
+
+    def compute_metrics(prediction) -> dict[str, float]:
+        predictions = (
+            prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        )
+        predictions = np.where(predictions < 0, tokenizer.pad_token_id, predictions)
+        labels = np.where(prediction.label_ids < 0, tokenizer.pad_token_id, prediction.label_ids)
+        hypotheses = tokenizer.batch_decode(predictions, skip_special_tokens=True)
+        references = tokenizer.batch_decode(labels, skip_special_tokens=True)
+        return bleu_scores(hypotheses, references, target_lang)
+
+    return compute_metrics
+
+
+__all__ = ["translate", "bleu_scores", "bleu_metric", "moses_lowercase_tokenize"]

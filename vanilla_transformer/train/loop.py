@@ -46,6 +46,8 @@ def build_model_config(args: TranslationTrainingArguments, tokenizer) -> Vanilla
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         max_position_embeddings=max(args.max_source_length, args.max_target_length) + 64,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
         **args.model_overrides(),
     )
     if args.preset:
