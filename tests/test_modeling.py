@@ -3,7 +3,7 @@
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import BOS, EOS, PAD, decoder_only_config, encoder_only_config, random_ids, tiny_config
+from conftest import BOS, EOS, PAD, VOCAB, decoder_only_config, encoder_only_config, random_ids, tiny_config
 
 from vanilla_transformer import (
     VanillaTransformerConfig,
@@ -12,6 +12,8 @@ from vanilla_transformer import (
     VanillaTransformerForSequenceClassification,
     VanillaTransformerModel,
 )
+
+VOCAB_PLUS = VOCAB + 8  # the tiny vocabulary and 8 added tokens
 
 
 def seq2seq(**overrides):
@@ -301,6 +303,59 @@ def test_gradients_reach_every_parameter():
             name for name, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0
         ]
         assert not missing, f"{type(model).__name__}: no gradient for {missing}"
+
+
+# -- memory and vocabulary tools ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [seq2seq, classifier, causal_lm], ids=["seq2seq", "classifier", "causal_lm"])
+def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(make):
+    model = make().train()  # dropout is 0 in the tiny config: both passes see the same function
+    ids = random_ids(2, 7)
+    inputs = {
+        "input_ids": ids,
+        "labels": random_ids(2, 5, seed=1) if model.config.is_encoder_decoder else ids,
+    }
+    if isinstance(model, VanillaTransformerForSequenceClassification):
+        inputs["labels"] = torch.tensor([0, 1])
+    first_layer = (model.model.encoder if model.config.is_encoder_decoder else model.model).layers[0]
+    calls = []
+    first_layer.ffn.register_forward_hook(lambda *_: calls.append(1))
+
+    def loss_and_gradients():
+        model.zero_grad()
+        calls.clear()
+        loss = model(**inputs).loss
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    loss, gradients = loss_and_gradients()
+    assert len(calls) == 1
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing
+    checkpointed_loss, checkpointed = loss_and_gradients()
+    assert len(calls) == 2  # the layer ran again during backward instead of keeping its activations
+    torch.testing.assert_close(checkpointed_loss, loss)
+    assert checkpointed.keys() == gradients.keys()
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(checkpointed[name], gradient, msg=name)
+
+
+def test_resize_token_embeddings_keeps_the_paper_ties(tmp_path):
+    model = seq2seq()
+    old = model.get_input_embeddings().weight.detach().clone()
+    model.resize_token_embeddings(VOCAB_PLUS)
+    encoder, decoder = model.model.encoder.embed_tokens, model.model.decoder.embed_tokens
+    assert model.config.vocab_size == VOCAB_PLUS and encoder.weight.shape[0] == VOCAB_PLUS
+    assert decoder.weight is encoder.weight and model.lm_head.weight is encoder.weight  # §3.4
+    torch.testing.assert_close(encoder.weight[: old.shape[0]], old)  # known tokens keep their vectors
+    source, target = random_ids(2, 5), random_ids(2, 4, seed=2)
+    logits = model(input_ids=source, decoder_input_ids=target).logits
+    assert logits.shape == (2, 4, VOCAB_PLUS)
+    model.save_pretrained(tmp_path)
+    loaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    assert loaded.lm_head.weight is loaded.model.encoder.embed_tokens.weight
+    torch.testing.assert_close(loaded(input_ids=source, decoder_input_ids=target).logits, logits)
 
 
 # -- bad input -------------------------------------------------------------------------------------------

@@ -4,6 +4,8 @@ vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...]
 vanilla-transformer evaluate --model DIR (--recipe FILE.yaml | --data-file FILE ...) [--output FILE]
 vanilla-transformer translate --model DIR [--input FILE] [--output FILE]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] --output DIR
+vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] --output DIR
+vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -88,6 +90,14 @@ def cmd_average(options) -> None:
     print(f"Averaged {len(folders)} checkpoints into {output}")
 
 
+def cmd_attention(options) -> None:
+    from .attention_maps import load_model, plot_attention
+
+    model, tokenizer = load_model(options.model)
+    for path in plot_attention(model, tokenizer, options.text, options.output, options.target):
+        print(f"Wrote {path}")
+
+
 def _classification_arguments(options, stage: str):
     from transformers import HfArgumentParser, TrainingArguments
 
@@ -163,6 +173,17 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--last", type=int, help="Average the last N checkpoints of the run folder.")
     average.add_argument("--output", required=True)
     average.set_defaults(func=cmd_average)
+
+    attention = commands.add_parser(
+        "attention", help="Heat maps of every head's attention (§3.2.3) for one sentence, as PNG."
+    )
+    attention.add_argument("--model", required=True, help="A saved model folder (any of the variants).")
+    attention.add_argument("--text", required=True, help="The source sentence.")
+    attention.add_argument("--target", help="Its translation (default: the model's own, by beam search).")
+    attention.add_argument(
+        "--output", default="attention", help="Folder for the PNGs (default: ./attention)."
+    )
+    attention.set_defaults(func=cmd_attention)
 
     classify = commands.add_parser(
         "classify", help="The encoder as a text classifier: pretrain (masked LM), train (Trainer), evaluate."

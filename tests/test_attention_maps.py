@@ -1,0 +1,73 @@
+"""Attention heat maps: the weights behind the pictures, and the PNGs the command writes."""
+
+import pytest
+import torch
+from conftest import decoder_only_config, encoder_only_config, tiny_config
+
+from vanilla_transformer import (
+    VanillaTransformerForCausalLM,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForSequenceClassification,
+)
+from vanilla_transformer.attention_maps import attention_weights
+from vanilla_transformer.cli import main
+
+SENTENCE = "a wonderful film with a great cast"
+
+
+def test_seq2seq_weights_cover_the_three_uses_of_attention(tokenizer):
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    found = attention_weights(model, tokenizer, SENTENCE, target="great acting")
+    source, target = found["tokens"]["source"], found["tokens"]["target"]
+    assert source[-1] == "</s>" and target[0] == "<s>"  # decoder input: BOS + the target, shifted right
+    weights = found["weights"]
+    assert weights["encoder_attentions"].shape == (2, 4, len(source), len(source))
+    assert weights["decoder_attentions"].shape == (2, 4, len(target), len(target))
+    assert weights["cross_attentions"].shape == (2, 4, len(target), len(source))
+    for tensor in weights.values():  # each query's weights are a distribution (Eq. 1's softmax)
+        torch.testing.assert_close(tensor.sum(-1), torch.ones(tensor.shape[:-1]))
+    # §3.2.3: masked decoder self-attention gives no weight to later positions.
+    assert torch.all(weights["decoder_attentions"].triu(diagonal=1) == 0)
+
+
+def test_without_a_target_the_model_attends_over_its_own_translation(tokenizer):
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    generated = model.generate(**tokenizer(SENTENCE, return_tensors="pt"))[0]  # §6.1 defaults
+    found = attention_weights(model, tokenizer, SENTENCE)
+    assert found["tokens"]["target"] == tokenizer.convert_ids_to_tokens(generated)
+
+
+@pytest.mark.parametrize(
+    "model_class, make_config, pictures",
+    [
+        (VanillaTransformerForConditionalGeneration, tiny_config, ["cross", "decoder", "encoder"]),
+        (VanillaTransformerForSequenceClassification, encoder_only_config, ["encoder"]),
+        (VanillaTransformerForCausalLM, decoder_only_config, ["decoder"]),
+    ],
+)
+def test_command_writes_one_png_per_kind_of_attention(
+    tokenizer, tmp_path, capsys, model_class, make_config, pictures
+):
+    model_class(make_config()).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    main(
+        [
+            "attention",
+            "--model",
+            str(tmp_path / "model"),
+            "--text",
+            SENTENCE,
+            "--output",
+            str(tmp_path / "maps"),
+        ]
+    )
+    written = sorted(p.name for p in (tmp_path / "maps").iterdir())
+    assert written == sorted(f"{kind}_attention.png" for kind in pictures)
+    assert all((tmp_path / "maps" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in written)
+    assert capsys.readouterr().out.count("Wrote ") == len(pictures)
+
+
+def test_empty_sentence_is_refused(tokenizer):
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    with pytest.raises(ValueError, match="empty"):
+        attention_weights(model, tokenizer, "  ")
