@@ -9,7 +9,7 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerForSequenceClassification,
 )
-from vanilla_transformer.attention_maps import attention_weights
+from vanilla_transformer.attention_maps import attention_weights, token_labels
 from vanilla_transformer.cli import main
 
 SENTENCE = "a wonderful film with a great cast"
@@ -34,7 +34,8 @@ def test_without_a_target_the_model_attends_over_its_own_translation(tokenizer):
     model = VanillaTransformerForConditionalGeneration(tiny_config())
     generated = model.generate(**tokenizer(SENTENCE, return_tensors="pt"))[0]  # §6.1 defaults
     found = attention_weights(model, tokenizer, SENTENCE)
-    assert found["tokens"]["target"] == tokenizer.convert_ids_to_tokens(generated)
+    assert found["tokens"]["target"] == token_labels(tokenizer, generated)
+    assert found["tokens"]["source"][:2] == ["a", "wonderful"]  # readable words, not BPE symbols
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,13 @@ KINDS = {
 }
 
 
+def token_labels(tokenizer, ids) -> list[str]:
+    """Readable axis labels: each token decoded on its own (byte-level BPE symbols such as ``Ġ`` or
+    ``Ã¼`` become text), its raw form where it decodes to nothing but space."""
+    ids = [int(i) for i in ids]
+    return [tokenizer.decode([i]).strip() or tokenizer.convert_ids_to_tokens(i) for i in ids]
+
+
 def load_model(folder: str | Path):
     """The model class the folder was saved from (``config.architectures``), on the eager path."""
     from transformers import AutoConfig, AutoTokenizer
@@ -41,7 +48,7 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None) 
     model.eval()
     encoded = tokenizer(source, return_tensors="pt")
     inputs = {"input_ids": encoded["input_ids"]}
-    tokens = {"source": tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])}
+    tokens = {"source": token_labels(tokenizer, encoded["input_ids"][0])}
     with torch.no_grad():
         if model.config.is_encoder_decoder:
             if target is None:
@@ -51,7 +58,7 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None) 
                 labels = tokenizer(text_target=target, return_tensors="pt")["input_ids"]
                 decoder_ids = model.prepare_decoder_input_ids_from_labels(labels)
             inputs["decoder_input_ids"] = decoder_ids
-            tokens["target"] = tokenizer.convert_ids_to_tokens(decoder_ids[0])
+            tokens["target"] = token_labels(tokenizer, decoder_ids[0])
         else:
             tokens["target"] = tokens["source"]  # one stack: its tokens are both queries and keys
         outputs = model(**inputs, output_attentions=True)
