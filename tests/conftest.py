@@ -1,6 +1,9 @@
 """Shared fixtures: tiny configs in the spirit of transformers' ModelTester (vocab 99, width 16, 2 layers)."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 # On a 2-core machine torch's default thread pool makes tiny matmuls ~1000x slower; one thread each.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -85,3 +88,23 @@ def tokenizer():
         unk_token="<unk>",
         model_max_length=64,
     )
+
+
+def run_without_the_package(script: str, *args: str, folder: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh Python where ``vanilla_transformer`` cannot be imported (the script
+    blocks it) and the Hub is offline, as a user who downloaded a saved folder would; asserts success."""
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(folder / "hf"),
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result

@@ -1,12 +1,10 @@
 """The models inside transformers' tools: pipeline(...) with a real tokenizer, and one Trainer step."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import CORPUS, decoder_only_config, encoder_only_config, tiny_config
+from conftest import CORPUS, decoder_only_config, encoder_only_config, run_without_the_package, tiny_config
 from transformers import Trainer, TrainingArguments, pipeline
 
 from vanilla_transformer import (
@@ -139,20 +137,9 @@ def test_saved_folder_serves_the_translation_task_by_its_own_name(tokenizer, tra
     in_process = pipeline("translation", model=str(translation_folder), trust_remote_code=True)
     assert [item["translation_text"] for item in in_process(PAIRS[:2])] == expected
     # A Python with transformers and torch but without this package (the user who downloads it).
-    result = subprocess.run(
-        [sys.executable, "-c", TRANSLATE_REMOTELY, str(translation_folder), json.dumps(PAIRS[:2])],
-        cwd=translation_folder,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "OMP_NUM_THREADS": "1",
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(translation_folder / "hf"),
-        },
+    result = run_without_the_package(
+        TRANSLATE_REMOTELY, str(translation_folder), json.dumps(PAIRS[:2]), folder=translation_folder
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     remote = json.loads(result.stdout.strip().splitlines()[-1])
     assert [item["translation_text"] for item in remote] == expected
 

@@ -1,13 +1,17 @@
 """save_pretrained / from_pretrained, Auto classes, and remote code loaded without the package."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 import torch
-from conftest import decoder_only_config, encoder_only_config, random_ids, tiny_config
+from conftest import (
+    decoder_only_config,
+    encoder_only_config,
+    random_ids,
+    run_without_the_package,
+    tiny_config,
+)
 from safetensors.torch import load_file
 from transformers import (
     AutoConfig,
@@ -124,20 +128,7 @@ def test_remote_code_loads_without_the_package(tmp_path, model_class, auto_class
             tmp_path / "tokens.pt",
         )
     script = REMOTE_SCRIPT.format(auto=auto_class.__name__, generate=generate)
-    result = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "OMP_NUM_THREADS": "1",
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(tmp_path / "hf"),
-        },
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_without_the_package(script, str(tmp_path), folder=tmp_path)
     assert "remote code OK" in result.stdout
 
 

@@ -27,7 +27,7 @@ def token_labels(tokenizer, ids) -> list[str]:
 
 
 def load_model(folder: str | Path):
-    """The model class the folder was saved from (``config.architectures``), on the eager path."""
+    """The model class the folder was saved from (``config.architectures``) and its tokenizer."""
     from transformers import AutoConfig, AutoTokenizer
 
     from . import modeling_vanilla_transformer as modeling
@@ -35,8 +35,7 @@ def load_model(folder: str | Path):
     config = AutoConfig.from_pretrained(folder)
     names = [name for name in (config.architectures or []) if hasattr(modeling, name)]
     model_class = getattr(modeling, names[0]) if names else modeling.VanillaTransformerModel
-    model = model_class.from_pretrained(folder, attn_implementation="eager")
-    return model, AutoTokenizer.from_pretrained(folder)
+    return model_class.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
 
 
 def attention_weights(model, tokenizer, source: str, target: str | None = None) -> dict:

@@ -823,6 +823,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 # ------------------------------------------------------------------------------------------------
 
 
+# §6.1: during inference the maximum output length is the input length + 50.
+MAX_NEW_TOKENS_OVER_SOURCE = 50
+
+
 def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfig:
     """§6.1 decoding: beam search with beam size 4 and length penalty alpha = 0.6 (Wu et al., 2016),
     output length bounded by input length + 50 (``max_new_tokens_over_source``), stopping a beam
@@ -831,7 +835,7 @@ def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfi
     generation_config.num_beams = 4
     generation_config.length_penalty = 0.6
     generation_config.early_stopping = True
-    generation_config.max_new_tokens_over_source = 50
+    generation_config.max_new_tokens_over_source = MAX_NEW_TOKENS_OVER_SOURCE
     # A deliberate config, not one derived from the model config: transformers reloads derived ones
     # from the model config and would drop the §6.1 length bound above.
     generation_config._from_model_config = False
@@ -933,8 +937,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         as the longest source sentence of the batch + ``generation_config.max_new_tokens_over_source``
         (50 by default)."""
         config = generation_config if generation_config is not None else self.generation_config
-        # Folders saved before the bound was stored keep §6.1's 50 rather than transformers' max_length 20.
-        offset = getattr(config, "max_new_tokens_over_source", 50)
+        # Folders saved before the bound was stored keep §6.1's bound rather than transformers' max_length 20.
+        offset = getattr(config, "max_new_tokens_over_source", MAX_NEW_TOKENS_OVER_SOURCE)
         user_bound = "max_new_tokens" in kwargs or "max_length" in kwargs
         config_bound = config.max_new_tokens is not None or config.max_length not in (None, 20)
         source = inputs if inputs is not None else kwargs.get("input_ids")
