@@ -9,6 +9,7 @@ from vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForCausalLM,
     VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForMaskedLM,
     VanillaTransformerForSequenceClassification,
     VanillaTransformerModel,
 )
@@ -406,3 +407,23 @@ def test_causal_lm_takes_pre_shifted_targets():
     torch.testing.assert_close(
         model(input_ids=ids, labels=random_ids(2, 6, seed=9), shift_labels=shifted).loss, by_labels
     )
+
+
+def test_masked_lm_sparse_prediction_gives_the_dense_loss_and_full_logits_without_labels():
+    dense = VanillaTransformerForMaskedLM(encoder_only_config()).eval()
+    sparse = VanillaTransformerForMaskedLM(encoder_only_config(sparse_prediction=True)).eval()
+    sparse.load_state_dict(dense.state_dict())
+    ids = random_ids(3, 9)
+    labels = torch.full_like(ids, -100)
+    labels[0, 2], labels[1, 5], labels[2, 0], labels[2, 8] = 7, 11, 13, 17
+    reference = dense(input_ids=ids, labels=labels)
+    output = sparse(input_ids=ids, labels=labels)
+    torch.testing.assert_close(output.loss, reference.loss)
+    assert output.logits.shape == (4, VOCAB)  # only the masked positions, in row-major order
+    torch.testing.assert_close(output.logits, reference.logits[labels != -100])
+    output.loss.backward()
+    assert sparse.model.encoder.embed_tokens.weight.grad.abs().sum() > 0
+    # Without labels (fill-mask) the head runs everywhere.
+    assert sparse(input_ids=ids).logits.shape == (3, 9, VOCAB)
+    with pytest.raises(ValueError, match=r"`labels` shape \(3, 8\) does not match the input \(3, 9\)"):
+        sparse(input_ids=ids, labels=labels[:, :8])

@@ -87,6 +87,11 @@ class VanillaTransformerConfig(PretrainedConfig):
         classifier_pooling: how the sequence classifier pools encoder states: ``"mean"`` over real
             (non-padding) tokens, or ``"first"`` token (a BERT-style ``[CLS]``).
         classifier_dropout: dropout before the classification head; defaults to ``dropout``.
+        sparse_prediction: masked-LM training computes the vocabulary head only at the masked
+            positions (labels != -100) and returns those logits, flattened to (masked, V), as
+            ModernBERT's option of the same name does. Most of a small encoder's pre-training time is
+            the (B, S, V) head and its softmax; with 15 % masking this removes ~85 % of it. Without
+            labels the head runs everywhere, as ``pipeline("fill-mask")`` needs. Off by default.
         source_lang: language code of the text a translation model reads (e.g. ``"de"``), recorded by
             the training run; the translation pipeline checks ``src_lang`` against it. Optional.
         target_lang: language code of the text a translation model writes (e.g. ``"en"``). Optional.
@@ -135,6 +140,7 @@ class VanillaTransformerConfig(PretrainedConfig):
     init_std: float | None = None
     classifier_pooling: str = "mean"
     classifier_dropout: float | None = None
+    sparse_prediction: bool = False
     source_lang: str | None = None
     target_lang: str | None = None
     pad_token_id: int | None = 0

@@ -1139,7 +1139,8 @@ class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
-        """``labels`` (B, S): the original ids at masked positions, -100 elsewhere."""
+        """``labels`` (B, S): the original ids at masked positions, -100 elsewhere. With
+        ``config.sparse_prediction`` and labels, ``logits`` holds only the masked positions (masked, V)."""
         return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
@@ -1149,8 +1150,16 @@ class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
-        hidden_states = self.transform_layer_norm(self.activation(self.transform(outputs.last_hidden_state)))
-        logits = self.lm_head(hidden_states)  # (B, S, V)
+        hidden_states = outputs.last_hidden_state
+        if labels is not None and self.config.sparse_prediction:
+            if labels.shape != hidden_states.shape[:-1]:
+                raise ValueError(
+                    f"`labels` shape {tuple(labels.shape)} does not match the input {tuple(hidden_states.shape[:-1])}."
+                )
+            masked = labels != -100
+            hidden_states, labels = hidden_states[masked], labels[masked]  # (masked, d_model), (masked,)
+        hidden_states = self.transform_layer_norm(self.activation(self.transform(hidden_states)))
+        logits = self.lm_head(hidden_states)  # (B, S, V), or (masked, V) with sparse_prediction
         loss = label_smoothed_nll_loss(logits, labels, 0.0) if labels is not None else None
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions

@@ -110,14 +110,17 @@ def _subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
 
 
 def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> Path:
-    """BERT-style masked-LM pre-training of the encoder on the training texts and ``unlabelled_files``."""
+    """BERT-style masked-LM pre-training of the encoder on the training texts and ``unlabelled_files``.
+
+    The head runs only at the masked positions (``sparse_prediction``): the loss is the same, and the
+    (batch, length, vocabulary) logits that would dominate a small encoder's step are never built."""
     train = load_labelled(args, args.train_file)
     texts = list(train[args.text_column])
     for file in args.unlabelled_files:
         texts += list(load_dataset("json", data_files=data_path(args, file), split="train")[args.text_column])
     tokenizer = tokenizer_for(args, texts)
     corpus = _encode(Dataset.from_dict({args.text_column: texts}), tokenizer, args, with_labels=False)
-    model = VanillaTransformerForMaskedLM(model_config(args, tokenizer))
+    model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
     trainer = Trainer(
         model=model, args=training, train_dataset=corpus, data_collator=collator, callbacks=_callbacks(args)
