@@ -6,6 +6,7 @@ vanilla-transformer translate --model DIR [--input FILE] [--output FILE]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] --output DIR
 vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] --output DIR
 vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...]
+vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr]
 """
 
 from __future__ import annotations
@@ -135,6 +136,23 @@ def cmd_classify(options) -> None:
         print(json.dumps(evaluate_classifier(options.model, args, options.file or args.test_file), indent=2))
 
 
+def cmd_push(options) -> None:
+    from .hub import ensure_model_card, missing_files, push_folder
+
+    if missing_files(options.model) == ["README.md"]:  # e.g. an averaged checkpoint: write its card
+        print(f"Wrote {ensure_model_card(options.model)} (no results recorded with these weights)")
+    commit = push_folder(
+        options.model,
+        options.repo_id,
+        private=options.private or None,
+        token=options.token,
+        revision=options.revision,
+        create_pr=options.create_pr,
+        commit_message=options.message,
+    )
+    print(f"Pushed {options.model} to {commit.commit_url}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -196,6 +214,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--file", help="evaluate: a labelled JSON Lines file (default: the recipe's test_file)"
     )
     classify.set_defaults(func=cmd_classify)
+
+    push = commands.add_parser(
+        "push",
+        help="Upload a model folder to the Hub in one commit: weights, tokenizer, remote code, card, "
+        "generation config and pipeline.",
+    )
+    push.add_argument("--model", required=True, help="A saved model folder (a training run's model/).")
+    push.add_argument("--repo-id", required=True, help="USER/NAME or ORG/NAME on the Hub.")
+    push.add_argument("--private", action="store_true", help="Create the repository as private.")
+    push.add_argument("--revision", help="Branch to push to (default: main).")
+    push.add_argument("--create-pr", action="store_true", help="Open a pull request instead of committing.")
+    push.add_argument("--message", help="Commit message.")
+    push.add_argument("--token", help="Hub token (default: the one `hf auth login` stored).")
+    push.set_defaults(func=cmd_push)
     return parser
 
 

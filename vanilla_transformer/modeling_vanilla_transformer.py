@@ -676,6 +676,20 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             return super().get_expanded_tied_weights_keys(all_submodels=True)
         return self._paper_tied_weights()
 
+    def push_to_hub(self, repo_id: str, *, tokenizer=None, **kwargs):
+        """transformers' ``push_to_hub`` (same arguments, plus ``tokenizer`` to send it in the same
+        commit), except that the ``README.md`` that goes up is this model's card: the filled card of
+        the run it was loaded from, else one written now. transformers' own version replaces it with
+        a generic card; that is what runs where only this remote code is installed."""
+        try:
+            from vanilla_transformer.hub import push_model
+        except ImportError:  # loaded with trust_remote_code, without the package
+            commit = super().push_to_hub(repo_id, **kwargs)
+            if tokenizer is not None:
+                tokenizer.push_to_hub(repo_id, token=kwargs.get("token"), revision=kwargs.get("revision"))
+            return commit
+        return push_model(self, repo_id, tokenizer=tokenizer, **kwargs)
+
 
 def _variant_config(config: VanillaTransformerConfig, is_decoder: bool, model_name: str):
     """The config of a one-stack model; a seq2seq config is copied (never mutated) and switched."""

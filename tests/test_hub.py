@@ -1,0 +1,218 @@
+"""push_to_hub and the `push` command, tested offline: the upload is intercepted at huggingface_hub's
+commit call (the files it would send land in a folder), and that folder must load as a Hub download
+does, with trust_remote_code in a real virtualenv that has torch and transformers but not this package."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from conftest import tiny_config
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard, RepoUrl
+from transformers import AutoModelForSeq2SeqLM, pipeline
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
+from vanilla_transformer.model_card import Result, write_model_card
+
+SENTENCES = ["a wonderful film", "great acting"]
+
+
+class CapturedHub:
+    """Stands in for the Hub: ``create_repo`` answers, ``create_commit`` writes the files it was given."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.commits: list[dict] = []
+
+    def create_repo(self, api, repo_id, **kwargs):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def create_commit(self, api, repo_id, operations, *, commit_message, **kwargs):
+        folder = self.root / repo_id
+        for operation in operations:
+            assert isinstance(operation, CommitOperationAdd), operation
+            target = folder / operation.path_in_repo
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with operation.as_file() as source:
+                target.write_bytes(source.read())
+        self.commits.append(
+            {"repo_id": repo_id, "message": commit_message, "files": len(operations), **kwargs}
+        )
+        return CommitInfo(
+            commit_url=f"https://huggingface.co/{repo_id}/commit/{'0' * 40}",
+            commit_message=commit_message,
+            commit_description=kwargs.get("commit_description") or "",
+            oid="0" * 40,
+        )
+
+    def folder(self, repo_id: str) -> Path:
+        return self.root / repo_id
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    captured = CapturedHub(tmp_path / "hub")
+    monkeypatch.setattr(
+        HfApi, "create_repo", lambda api, repo_id, **kw: captured.create_repo(api, repo_id, **kw)
+    )
+    monkeypatch.setattr(
+        HfApi,
+        "create_commit",
+        lambda api, repo_id, operations, **kw: captured.create_commit(api, repo_id, operations, **kw),
+    )
+    return captured
+
+
+@pytest.fixture
+def trained_folder(tokenizer, tmp_path):
+    """A saved translation model with the filled card a training run writes (results included)."""
+    folder = tmp_path / "run" / "model"
+    model = VanillaTransformerForConditionalGeneration(tiny_config(source_lang="en", target_lang="ko")).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    result = Result("translation", "bleu", "sacreBLEU", 12.34, "toy", "json", "test")
+    write_model_card(
+        folder, model, task="translation", summary="A toy run.", results=[result], datasets=[], training={}
+    )
+    (folder / "eval").mkdir()
+    (folder / "eval" / "trainer_state.json").write_text("{}")  # a training by-product
+    return folder
+
+
+def _translations(folder) -> list[str]:
+    translate = pipeline("translation", model=str(folder), trust_remote_code=True)
+    return [item["translation_text"] for item in translate(SENTENCES, num_beams=1, max_new_tokens=8)]
+
+
+def test_push_command_uploads_everything_in_one_commit(hub, trained_folder):
+    main(["push", "--model", str(trained_folder), "--repo-id", "someone/tiny-en-ko"])
+    assert len(hub.commits) == 1 and hub.commits[0]["repo_id"] == "someone/tiny-en-ko"
+    pushed = hub.folder("someone/tiny-en-ko")
+    names = {path.name for path in pushed.iterdir()}
+    assert {
+        "model.safetensors",
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
+        "configuration_vanilla_transformer.py",
+        "modeling_vanilla_transformer.py",
+        "translation_pipeline.py",
+    } <= names
+    assert "eval" not in names  # training by-products stay home
+    card = ModelCard.load(pushed / "README.md")
+    assert card.data.eval_results[0].metric_value == 12.34
+    assert _translations(pushed) == _translations(trained_folder)
+
+
+def test_push_refuses_an_incomplete_folder_before_sending_anything(hub, trained_folder):
+    (trained_folder / "tokenizer.json").unlink()
+    (trained_folder / "tokenizer_config.json").unlink()
+    (trained_folder / "translation_pipeline.py").unlink()
+    with pytest.raises(SystemExit, match=r"lacks tokenizer.json, translation_pipeline.py"):
+        main(["push", "--model", str(trained_folder), "--repo-id", "someone/broken"])
+    assert hub.commits == []
+
+
+def test_model_push_to_hub_keeps_the_runs_card_and_sends_the_tokenizer(hub, trained_folder, tokenizer):
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained_folder)
+    commit = model.push_to_hub("someone/tiny", tokenizer=tokenizer, tags=["toy"])
+    assert commit.commit_url.startswith("https://huggingface.co/someone/tiny/commit/")
+    assert len(hub.commits) == 1
+    pushed = hub.folder("someone/tiny")
+    card = ModelCard.load(pushed / "README.md")
+    assert "toy" in card.data.tags and "vanilla-transformer" in card.data.tags
+    assert card.data.eval_results[0].metric_value == 12.34  # the run's numbers, not a generic card
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(pushed).eval()
+    ids = torch.tensor([[5, 6, 7, 2]])
+    torch.testing.assert_close(
+        reloaded(input_ids=ids, decoder_input_ids=ids).logits,
+        model(input_ids=ids, decoder_input_ids=ids).logits,
+    )
+
+
+def test_push_to_hub_of_an_in_memory_model_writes_a_card(hub):
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    model.push_to_hub("someone/untrained")
+    card = ModelCard.load(hub.folder("someone/untrained") / "README.md")
+    assert card.data.pipeline_tag == "translation" and card.data.library_name == "transformers"
+    assert "no evaluation results" in card.text
+    assert "automatically generated" not in card.text  # transformers' generic card did not replace ours
+
+
+def fresh_virtualenv() -> Path:
+    """A real virtualenv with this machine's torch and transformers and nothing else; built once and
+    cached (about a minute), at $VT_FRESH_VENV or under ~/.cache/vanilla-transformer."""
+    torch_version = torch.__version__.split("+")[0]
+    default = (
+        Path.home()
+        / ".cache"
+        / "vanilla-transformer"
+        / f"venv-torch{torch_version}-tf{transformers.__version__}"
+    )
+    venv = Path(os.environ.get("VT_FRESH_VENV", default))
+    python = venv / "bin" / "python"
+    if python.is_file():
+        return python
+    building = venv.with_name(venv.name + ".building")
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(building)], check=True)
+    subprocess.run(
+        [
+            str(building / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            f"torch=={torch_version}",
+            f"transformers=={transformers.__version__}",
+        ],
+        check=True,
+        timeout=900,
+    )
+    building.rename(venv)  # only complete environments carry the final name (bin/python resolves anywhere)
+    return python
+
+
+LOAD_IN_FRESH_VENV = """
+import json, sys
+try:
+    import vanilla_transformer
+except ImportError:
+    pass
+else:
+    raise SystemExit("vanilla_transformer is importable in the fresh virtualenv")
+from transformers import AutoModelForSeq2SeqLM, pipeline
+model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)
+assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+translate = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
+outputs = translate(json.loads(sys.argv[2]), num_beams=1, max_new_tokens=8)
+print(json.dumps([item["translation_text"] for item in outputs]))
+"""
+
+
+def test_pushed_folder_loads_in_a_fresh_virtualenv_without_the_package(hub, trained_folder, tmp_path):
+    main(["push", "--model", str(trained_folder), "--repo-id", "someone/tiny-en-ko"])
+    pushed = hub.folder("someone/tiny-en-ko")
+    python = fresh_virtualenv()
+    result = subprocess.run(
+        [str(python), "-c", LOAD_IN_FRESH_VENV, str(pushed), json.dumps(SENTENCES)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "OMP_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(tmp_path / "hf"),
+        },
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == _translations(trained_folder)

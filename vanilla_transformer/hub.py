@@ -1,0 +1,184 @@
+"""Publishing to the Hugging Face Hub: a model folder goes up complete, in one commit.
+
+A folder written by a training run holds everything a user of the Hub needs: the weights
+(safetensors), ``config.json`` with its ``auto_map``, the remote code that ``trust_remote_code=True``
+imports, the generation config (§6.1 beam search), the tokenizer, the translation pipeline module
+(seq2seq models) and the filled model card ``README.md`` with the run's results. :func:`push_folder`
+checks that nothing is missing and uploads it with one ``HfApi.create_commit``; :func:`push_model`
+is what ``model.push_to_hub(...)`` runs, so the card that goes up is this model's, not transformers'
+generic one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
+from huggingface_hub.utils import filter_repo_objects
+
+from .model_card import write_model_card
+
+TASKS = {  # model class -> the pipeline tag its card declares
+    "VanillaTransformerForConditionalGeneration": "translation",
+    "VanillaTransformerForSequenceClassification": "text-classification",
+    "VanillaTransformerForMaskedLM": "fill-mask",
+    "VanillaTransformerForCausalLM": "text-generation",
+    "VanillaTransformerModel": "feature-extraction",
+}
+# Training by-products that may sit in a model folder and do not belong on the Hub.
+IGNORE_PATTERNS = ["checkpoint-*/**", "eval/**", "trainer-*/**", "runs/**", "*.pt", "*.pth", "*.bin"]
+
+
+def missing_files(folder: str | Path) -> list[str]:
+    """What a complete model folder lacks: config, weights, card, tokenizer and every remote-code module
+    that ``config.json`` names (``auto_map`` and ``custom_pipelines``)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        return ["config.json"]
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    missing = []
+    if not any((folder / name).is_file() for name in ("model.safetensors", "model.safetensors.index.json")):
+        missing.append("model.safetensors")
+    if not (folder / "README.md").is_file():
+        missing.append("README.md")
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        missing.append("tokenizer.json")
+    references = list(config.get("auto_map", {}).values())
+    references += [entry["impl"] for entry in config.get("custom_pipelines", {}).values()]
+    for reference in references:
+        module = reference.split("--")[-1].split(".")[0] + ".py"  # "repo--module.Class" or "module.Class"
+        if not (folder / module).is_file() and module not in missing:
+            missing.append(module)
+    return missing
+
+
+def push_folder(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    commit_message: str | None = None,
+) -> CommitInfo:
+    """Create ``repo_id`` if needed and upload the model folder in one commit; returns the commit.
+
+    Raises ``FileNotFoundError`` naming every file a user would miss (weights, card, tokenizer, remote
+    code) before anything is sent.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"No such model folder: {folder}")
+    missing = missing_files(folder)
+    if missing:
+        raise FileNotFoundError(
+            f"{folder} is not a complete model folder: it lacks {', '.join(missing)}. Save the model and its "
+            "tokenizer with save_pretrained (a training run writes all of it, model card included)."
+        )
+    ModelCard.load(folder / "README.md")  # a card that does not parse must not reach the Hub
+    architecture = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
+        "architectures", ["model"]
+    )
+    return _commit(
+        folder,
+        repo_id,
+        commit_message=commit_message or f"Upload {architecture[0]}",
+        private=private,
+        token=token,
+        revision=revision,
+        create_pr=create_pr,
+    )
+
+
+def _commit(folder: str | Path, repo_id: str, *, private, token, **commit) -> CommitInfo:
+    """Create the repository if needed, then send the folder as one ``HfApi.create_commit`` (as
+    transformers' own ``push_to_hub`` does; ``upload_folder`` may split a folder into several commits)."""
+    folder = Path(folder)
+    files = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
+    operations = [
+        CommitOperationAdd(path_or_fileobj=folder / name, path_in_repo=name)
+        for name in filter_repo_objects(files, ignore_patterns=IGNORE_PATTERNS)
+    ]
+    api = HfApi(library_name="vanilla-transformer")
+    repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    return api.create_commit(repo_id, operations=operations, token=token, **commit)
+
+
+def ensure_model_card(folder: str | Path, model=None) -> Path:
+    """Keep the folder's card if it has one; otherwise write one for the model (architecture, deviations,
+    use), with no results, since none were measured where the model came from. ``model`` defaults to
+    the folder's own (the class its ``config.json`` names)."""
+    card = Path(folder) / "README.md"
+    if card.is_file():
+        return card
+    if model is None:
+        import vanilla_transformer
+
+        architecture = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))[
+            "architectures"
+        ][0]
+        model = getattr(vanilla_transformer, architecture).from_pretrained(folder)
+    task = TASKS.get(type(model).__name__, "feature-extraction")
+    return write_model_card(
+        folder,
+        model,
+        task=task,
+        summary="A Transformer (Vaswani et al., 2017) of the vanilla-transformer package. This card was "
+        "written at upload time: no evaluation results were recorded with these weights.",
+        results=[],
+        datasets=[],
+        training={"weights": str(getattr(model, "name_or_path", "") or "in-memory model")},
+    )
+
+
+def push_model(
+    model,
+    repo_id: str,
+    *,
+    tokenizer=None,
+    commit_message: str | None = None,
+    commit_description: str | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    max_shard_size: int | str | None = "50GB",
+    tags: list[str] | None = None,
+) -> CommitInfo:
+    """``model.push_to_hub``: save the model (and tokenizer) and upload them with the model's card.
+
+    The card is the one next to the weights the model was loaded from (a training run's filled card,
+    with its results), else one written now. ``tags`` are added to the card's metadata.
+    """
+    with tempfile.TemporaryDirectory() as staging:
+        model.save_pretrained(staging, max_shard_size=max_shard_size)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging)
+        source = str(getattr(model, "name_or_path", "") or "")
+        if source and (Path(source) / "README.md").is_file():  # loaded from a folder that has its card
+            shutil.copyfile(Path(source) / "README.md", Path(staging) / "README.md")
+        ensure_model_card(staging, model)
+        if tags:
+            card = ModelCard.load(Path(staging) / "README.md")
+            card.data.tags = list(dict.fromkeys((card.data.tags or []) + list(tags)))
+            card.save(Path(staging) / "README.md")
+        missing = [name for name in missing_files(staging) if name != "tokenizer.json"]
+        if missing:
+            raise FileNotFoundError(f"save_pretrained did not write {', '.join(missing)}.")
+        return _commit(
+            staging,
+            repo_id,
+            commit_message=commit_message or f"Upload {type(model).__name__}",
+            commit_description=commit_description,
+            private=private,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+        )
+
+
+__all__ = ["push_folder", "push_model", "missing_files", "ensure_model_card"]
