@@ -6,6 +6,7 @@ vanilla-transformer translate --model DIR [--input FILE] [--output FILE]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] --output DIR
 vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] --output DIR
 vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...]
+vanilla-transformer export-onnx --model DIR --output DIR
 vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr]
 """
 
@@ -136,6 +137,24 @@ def cmd_classify(options) -> None:
         print(json.dumps(evaluate_classifier(options.model, args, options.file or args.test_file), indent=2))
 
 
+def cmd_export_onnx(options) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    import vanilla_transformer
+
+    from .onnx_export import export_onnx
+
+    architecture = AutoConfig.from_pretrained(options.model).architectures[0]
+    model = getattr(vanilla_transformer, architecture).from_pretrained(options.model)
+    tokenizer = AutoTokenizer.from_pretrained(options.model) if _has_tokenizer(options.model) else None
+    for path in export_onnx(model, options.output, tokenizer):
+        print(f"Wrote {path}")
+
+
+def _has_tokenizer(folder: str) -> bool:
+    return any((Path(folder) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
+
+
 def cmd_push(options) -> None:
     from .hub import ensure_model_card, missing_files, push_folder
 
@@ -214,6 +233,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--file", help="evaluate: a labelled JSON Lines file (default: the recipe's test_file)"
     )
     classify.set_defaults(func=cmd_classify)
+
+    export = commands.add_parser(
+        "export-onnx",
+        help="Export a model folder to ONNX: model.onnx (encoder-only) or the encoder / first decoder "
+        "step / decoder-with-past graphs (encoder-decoder).",
+    )
+    export.add_argument("--model", required=True, help="A saved model folder.")
+    export.add_argument("--output", required=True, help="Folder for the graphs, config and tokenizer.")
+    export.set_defaults(func=cmd_export_onnx)
 
     push = commands.add_parser(
         "push",

@@ -1,0 +1,111 @@
+"""ONNX export with torch.onnx.export(dynamo=True): onnxruntime reproduces PyTorch's outputs, and a greedy
+loop over the three seq2seq graphs reproduces generate()'s tokens."""
+
+import numpy as np
+import pytest
+import torch
+from conftest import decoder_only_config, encoder_only_config, random_ids, tiny_config
+
+from vanilla_transformer import (
+    VanillaTransformerForCausalLM,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForSequenceClassification,
+)
+from vanilla_transformer.cli import main
+from vanilla_transformer.onnx_export import SEQ2SEQ_FILES, OnnxSeq2Seq, export_onnx
+
+onnxruntime = pytest.importorskip("onnxruntime", reason="the `onnx` extra (onnx, onnxscript, onnxruntime)")
+
+
+def padded_batch(batch: int, length: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = random_ids(batch, length, seed=seed)
+    mask = torch.ones_like(ids)
+    mask[0, length // 2 :] = 0  # one row padded, as in any real batch
+    return ids.masked_fill(mask == 0, 0), mask
+
+
+def test_classifier_onnx_matches_pytorch_for_any_batch_and_length(tmp_path):
+    model = VanillaTransformerForSequenceClassification(encoder_only_config(num_labels=3)).eval()
+    (path,) = export_onnx(model, tmp_path)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for batch, length in ((3, 11), (1, 30), (5, 4)):  # none of them the traced shape
+        ids, mask = padded_batch(batch, length, seed=length)
+        expected = model(input_ids=ids, attention_mask=mask).logits.detach().numpy()
+        (logits,) = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+        assert logits.shape == (batch, 3)
+        np.testing.assert_allclose(logits, expected, atol=1e-5, rtol=1e-4)
+
+
+def seq2seq_with_varied_outputs() -> VanillaTransformerForConditionalGeneration:
+    """Untrained tiny weights repeat one token; larger random weights make every step differ."""
+    model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    return model
+
+
+def test_onnx_greedy_loop_reproduces_generate(tmp_path):
+    model = seq2seq_with_varied_outputs()
+    ids, mask = padded_batch(4, 9, seed=1)
+    reference = model.generate(
+        input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=12
+    )
+    # Declare a token the model does produce mid-sequence the EOS, so rows finish at different steps.
+    model.generation_config.eos_token_id = model.config.eos_token_id = int(reference[1, 4])
+    expected = model.generate(
+        input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=12
+    )
+    assert (expected == model.config.pad_token_id).any() and len(
+        {tuple(row) for row in expected.tolist()}
+    ) > 1
+
+    files = export_onnx(model, tmp_path)
+    assert [path.name for path in files] == list(SEQ2SEQ_FILES)
+    tokens = OnnxSeq2Seq(tmp_path).generate(ids.numpy(), mask.numpy(), max_new_tokens=12)
+    np.testing.assert_array_equal(tokens, expected.numpy())
+
+
+def test_onnx_decoder_steps_match_pytorch_logits(tmp_path):
+    model = seq2seq_with_varied_outputs()
+    export_onnx(model, tmp_path)
+    runner = OnnxSeq2Seq(tmp_path)
+    ids, mask = padded_batch(2, 13, seed=2)
+    targets = torch.tensor([[1, 5, 9, 17], [1, 23, 4, 8]])
+    expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=targets).logits.detach().numpy()
+    (encoded,) = runner.encoder.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
+    logits, keys, values, cross_keys, cross_values = runner.first.run(
+        None,
+        {
+            "decoder_input_ids": targets[:, :1].numpy(),
+            "encoder_hidden_states": encoded,
+            "encoder_attention_mask": mask.numpy(),
+        },
+    )
+    np.testing.assert_allclose(logits, expected[:, 0], atol=1e-4, rtol=1e-4)
+    for step in range(1, targets.shape[1]):
+        logits, keys, values = runner.later.run(
+            None,
+            {
+                "decoder_input_ids": targets[:, step : step + 1].numpy(),
+                "encoder_attention_mask": mask.numpy(),
+                "past_keys": keys,
+                "past_values": values,
+                "cross_keys": cross_keys,
+                "cross_values": cross_values,
+            },
+        )
+        np.testing.assert_allclose(logits, expected[:, step], atol=1e-4, rtol=1e-4)
+    assert keys.shape == (2, 2, 4, targets.shape[1], 4)  # (layers, batch, heads, length, d_k)
+
+
+def test_export_command_and_refusals(tmp_path, tokenizer):
+    model = VanillaTransformerForSequenceClassification(encoder_only_config(num_labels=2))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    main(["export-onnx", "--model", str(tmp_path / "model"), "--output", str(tmp_path / "onnx")])
+    assert {"model.onnx", "config.json", "tokenizer.json"} <= {p.name for p in (tmp_path / "onnx").iterdir()}
+    with pytest.raises(ValueError, match="decoder-only"):
+        export_onnx(VanillaTransformerForCausalLM(decoder_only_config()), tmp_path / "causal")
+    with pytest.raises(FileNotFoundError, match="lacks encoder_model.onnx"):
+        OnnxSeq2Seq(tmp_path / "onnx")
