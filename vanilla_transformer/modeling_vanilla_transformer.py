@@ -114,7 +114,7 @@ def position_ids_from_mask(
     if attention_mask is not None and attention_mask.dim() == 2:
         positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
         return positions[:, -length:]
-    return torch.arange(past, past + length, device=device)
+    return torch.arange(length, device=device) + past  # (a compiled static cache gives a tensor `past`)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -639,7 +639,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
     _supports_attention_backend = True
-    _can_compile_fullgraph = False
+    _can_compile_fullgraph = True  # decoding steps with a static cache compile as one graph (tested)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
