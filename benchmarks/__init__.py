@@ -1,0 +1,1 @@
+"""Speed benchmarks against the alternatives: ``python -m benchmarks`` (see benchmarks/run.py)."""

@@ -1,0 +1,126 @@
+"""Run the whole comparison: every system x preset x measurement in a fresh subprocess, then write a
+markdown table (ratios to Marian) and the raw JSON.
+
+    python -m benchmarks [--presets small base] [--systems ours marian ...] [--threads 2] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+from .presets import NEW_TOKENS, PRESETS, SOURCE_LENGTH, TARGET_LENGTH, TRAIN_BATCH
+from .systems import SYSTEMS
+
+TRAINS = {"ours", "ours-compiled", "marian", "torch-nn"}
+GENERATES = {"ours", "ours-compiled", "marian", "ctranslate2"}
+ROWS = [  # (label, key, higher is better)
+    ("train tok/s", "train_tokens_per_s", True),
+    ("train MFU (% of matmul peak)", "train_mfu", True),
+    ("train peak RSS (MB)", "peak_rss_mb", False),
+    ("greedy, batch 1, tok/s", "greedy_batch1_tokens_per_s", True),
+    ("greedy, batch 32, tok/s", "greedy_batch32_tokens_per_s", True),
+    ("beam 4, batch 1, tok/s", "beam4_batch1_tokens_per_s", True),
+    ("beam 4, batch 32, tok/s", "beam4_batch32_tokens_per_s", True),
+    ("greedy agreement with reference", "greedy_agreement", True),
+]
+
+
+def run_one(system: str | None, preset: str, measure: str, threads: int, repeats: int) -> dict:
+    command = [sys.executable, "-m", "benchmarks.measure", "--preset", preset, "--measure", measure]
+    command += ["--threads", str(threads), "--repeats", str(repeats)]
+    if system:
+        command += ["--system", system]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=env, cwd=Path(__file__).parent.parent, check=False
+    )
+    if result.returncode != 0:
+        return {"system": system, "preset": preset, "measure": measure, "error": result.stderr[-2000:]}
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def table(results: dict, preset: str, systems: list[str]) -> str:
+    merged = results[preset]
+    marian = merged.get("marian", {})
+    head = "| " + preset + " | " + " | ".join(systems) + " |\n| --- |" + " --- |" * len(systems) + "\n"
+    lines = []
+    for label, key, _ in ROWS:
+        cells = []
+        for system in systems:
+            value = merged.get(system, {}).get(key)
+            if value is None:
+                cells.append("—")
+                continue
+            text = (
+                f"{value:.2%}"
+                if key == "greedy_agreement"
+                else f"{value:,.1f}"
+                if value < 100
+                else f"{value:,.0f}"
+            )
+            if key != "greedy_agreement" and system != "marian" and marian.get(key):
+                text += f" ({value / marian[key]:.2f}×)"
+            cells.append(text)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--presets", nargs="+", choices=sorted(PRESETS), default=["small", "base"])
+    parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--output", default="benchmarks/results", help="Folder for results.md and results.json."
+    )
+    args = parser.parse_args(argv)
+
+    jobs = [(None, args.presets[0], "peak")]
+    for preset in args.presets:
+        for system in args.systems:
+            jobs += [(system, preset, "train")] if system in TRAINS else []
+            jobs += [(system, preset, "generate")] if system in GENERATES else []
+    results: dict = {preset: {} for preset in args.presets}
+    peak = None
+    started = time.time()
+    for system, preset, measure in tqdm(jobs, desc="benchmarks", unit="run"):
+        record = run_one(system, preset, measure, args.threads, args.repeats)
+        if "error" in record:
+            tqdm.write(f"{system} {preset} {measure} failed:\n{record['error']}")
+        if measure == "peak":
+            peak = record.get("matmul_gflops")
+            continue
+        results[preset].setdefault(system, {}).update(record)
+        if peak and "train_gflops" in record:
+            results[preset][system]["train_mfu"] = 100 * record["train_gflops"] / peak
+
+    header = (
+        f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
+        f"{args.threads} threads, fp32, medians of {args.repeats})\n\n"
+        f"Measured fp32 matmul peak: {peak:,.1f} GFLOP/s. Training: {TRAIN_BATCH} sentences x "
+        f"{SOURCE_LENGTH} + {TARGET_LENGTH} tokens, forward + label-smoothed loss + backward + Adam. "
+        f"Generation: {SOURCE_LENGTH}-token sources, {NEW_TOKENS} new tokens (EOS suppressed). "
+        "Ratios are to Marian in the same run.\n\n"
+    )
+    markdown = header + "\n".join(table(results, preset, args.systems) for preset in args.presets)
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "results.md").write_text(markdown)
+    payload = {"peak_gflops": peak, "threads": args.threads, "repeats": args.repeats, "results": results}
+    (output / "results.json").write_text(json.dumps(payload, indent=2))
+    print(markdown)
+    print(f"({time.time() - started:.0f} s; written to {output}/results.md and results.json)")
+
+
+if __name__ == "__main__":
+    main()

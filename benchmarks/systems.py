@@ -1,0 +1,295 @@
+"""The systems compared, each built at a preset's dimensions with random weights (nothing downloaded).
+
+- ``ours``: ``VanillaTransformerForConditionalGeneration``, its own label-smoothed loss and ``generate()``.
+- ``ours-compiled``: the same model under ``torch.compile``; generation with a static cache.
+- ``marian``: transformers' ``MarianMTModel`` (ReLU, static sinusoidal positions, ``scale_embedding``,
+  shared and tied embeddings: the closest built-in relative of the paper's model).
+- ``torch-nn``: ``torch.nn.Transformer`` with tied embeddings, sinusoidal positions and a tied output
+  projection (training only: it has no decoding loop).
+- ``ctranslate2``: the C++ engine, fp32, on the converted random Marian weights (generation only).
+
+Every trainer takes the same step: forward, label-smoothed cross-entropy (§5.4, 0.1), backward and
+Adam (§5.3: betas 0.9/0.98, eps 1e-9). Generators produce exactly ``new_tokens`` tokens (EOS
+suppressed) from the same source ids.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .presets import DROPOUT, LABEL_SMOOTHING
+
+PAD, BOS, EOS = 0, 1, 2  # ours; Marian keeps EOS 2 and moves <pad> (its start token) to the last id
+
+
+def adam(parameters) -> torch.optim.Optimizer:
+    return torch.optim.Adam(parameters, lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+
+def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), labels.reshape(-1), label_smoothing=LABEL_SMOOTHING
+    )
+
+
+class Ours:
+    trains, generates = True, True
+
+    def __init__(self, preset: dict, compiled: bool = False):
+        from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+        config = VanillaTransformerConfig(
+            vocab_size=preset["vocab"],
+            d_model=preset["d_model"],
+            d_ff=preset["d_ff"],
+            num_heads=preset["heads"],
+            num_encoder_layers=preset["layers"],
+            num_decoder_layers=preset["layers"],
+            dropout=DROPOUT,
+            label_smoothing=LABEL_SMOOTHING,
+            max_position_embeddings=512,
+            pad_token_id=PAD,
+            bos_token_id=BOS,
+            eos_token_id=EOS,
+        )
+        self.model = VanillaTransformerForConditionalGeneration(config)
+        self.start = config.decoder_start_token_id
+        self.forward = torch.compile(self.model) if compiled else self.model
+        self.compiled = compiled
+        self.optimizer = None
+
+    def train_step(self, source, decoder_input, labels) -> float:
+        self.optimizer = self.optimizer or adam(self.model.parameters())
+        mask = torch.ones_like(source)
+        loss = self.forward(
+            input_ids=source, attention_mask=mask, decoder_input_ids=decoder_input, labels=labels
+        ).loss
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    def generate(self, source, num_beams: int, new_tokens: int, use_cache: bool = True) -> torch.Tensor:
+        model = self.model.eval()
+        if self.compiled and not getattr(model, "_forward_compiled", False):
+            model.forward = torch.compile(model.forward, fullgraph=True)
+            model._forward_compiled = True
+        extra = {"cache_implementation": "static"} if self.compiled else {}
+        output = model.generate(
+            input_ids=source,
+            attention_mask=torch.ones_like(source),
+            num_beams=num_beams,
+            do_sample=False,
+            min_new_tokens=new_tokens,
+            max_new_tokens=new_tokens,
+            length_penalty=1.0,
+            use_cache=use_cache,
+            **extra,
+        )
+        return output[:, 1:]  # the new tokens
+
+
+class Marian:
+    trains, generates = True, True
+
+    def __init__(self, preset: dict):
+        from transformers import MarianConfig, MarianMTModel
+
+        vocab = preset["vocab"]
+        self.pad = vocab - 1
+        self.config = MarianConfig(
+            vocab_size=vocab,
+            d_model=preset["d_model"],
+            encoder_layers=preset["layers"],
+            decoder_layers=preset["layers"],
+            encoder_attention_heads=preset["heads"],
+            decoder_attention_heads=preset["heads"],
+            encoder_ffn_dim=preset["d_ff"],
+            decoder_ffn_dim=preset["d_ff"],
+            activation_function="relu",
+            scale_embedding=True,
+            share_encoder_decoder_embeddings=True,
+            tie_word_embeddings=True,
+            max_position_embeddings=512,
+            dropout=DROPOUT,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            pad_token_id=self.pad,
+            eos_token_id=EOS,
+            bos_token_id=BOS,
+            decoder_start_token_id=self.pad,
+            forced_eos_token_id=None,
+        )
+        self.model = MarianMTModel(self.config)
+        self.start = self.pad
+        self.optimizer = None
+
+    def train_step(self, source, decoder_input, labels) -> float:
+        self.optimizer = self.optimizer or adam(self.model.parameters())
+        logits = self.model(
+            input_ids=source, attention_mask=torch.ones_like(source), decoder_input_ids=decoder_input
+        ).logits
+        loss = smoothed_loss(logits, labels)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    def generate(self, source, num_beams: int, new_tokens: int) -> torch.Tensor:
+        output = self.model.eval().generate(
+            input_ids=source,
+            attention_mask=torch.ones_like(source),
+            num_beams=num_beams,
+            do_sample=False,
+            min_new_tokens=new_tokens,
+            max_new_tokens=new_tokens,
+            length_penalty=1.0,
+            bad_words_ids=[
+                [self.pad]
+            ],  # as released Marian models do; CTranslate2 drops <pad> from its vocab
+        )
+        return output[:, 1:]
+
+    def save_for_ctranslate2(self, folder: Path) -> Path:
+        """Save the model with a word-level tokenizer whose tokens name the ids (CTranslate2 reads both)."""
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+
+        specials = {BOS: "<s>", EOS: "</s>", 3: "<unk>", self.pad: "<pad>"}
+        vocab = {specials.get(i, f"t{i}"): i for i in range(self.config.vocab_size)}
+        tokenizer = PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+            bos_token="<s>",
+            eos_token="</s>",
+            unk_token="<unk>",
+            pad_token="<pad>",
+        )
+        self.model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return folder
+
+
+class CTranslate2:
+    trains, generates = False, True
+
+    def __init__(self, preset: dict, threads: int):
+        import ctranslate2
+
+        self.marian = Marian(preset)
+        self.work = tempfile.TemporaryDirectory()
+        saved = self.marian.save_for_ctranslate2(Path(self.work.name) / "marian")
+        converted = Path(self.work.name) / "ct2"
+        ctranslate2.converters.TransformersConverter(str(saved)).convert(str(converted), force=True)
+        self.translator = ctranslate2.Translator(
+            str(converted), device="cpu", compute_type="float32", inter_threads=1, intra_threads=threads
+        )
+
+    def generate(self, source, num_beams: int, new_tokens: int) -> torch.Tensor:
+        tokens = [[self._token(i) for i in row] for row in source.tolist()]
+        results = self.translator.translate_batch(
+            tokens,
+            beam_size=num_beams,
+            min_decoding_length=new_tokens,
+            max_decoding_length=new_tokens,
+            length_penalty=1.0,
+            max_batch_size=len(tokens),
+        )
+        return torch.tensor([[self._id(t) for t in result.hypotheses[0]] for result in results])
+
+    def _token(self, index: int) -> str:
+        return {BOS: "<s>", EOS: "</s>", 3: "<unk>"}.get(index, f"t{index}")
+
+    @staticmethod
+    def _id(token: str) -> int:
+        return {"<s>": BOS, "</s>": EOS, "<unk>": 3}.get(token) or int(token[1:])
+
+
+class SinusoidalPositions(nn.Module):
+    def __init__(self, d_model: int, max_length: int = 512):
+        super().__init__()
+        position = torch.arange(max_length).unsqueeze(1)
+        frequencies = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        table = torch.zeros(max_length, d_model)
+        table[:, 0::2], table[:, 1::2] = torch.sin(position * frequencies), torch.cos(position * frequencies)
+        self.register_buffer("table", table, persistent=False)
+
+    def forward(self, length: int) -> torch.Tensor:
+        return self.table[:length]
+
+
+class TorchTransformerModel(nn.Module):
+    """``nn.Transformer`` (post-LN, ReLU) with one embedding shared by source, target and output."""
+
+    def __init__(self, preset: dict):
+        super().__init__()
+        d = preset["d_model"]
+        self.scale = math.sqrt(d)
+        self.embed = nn.Embedding(preset["vocab"], d)
+        nn.init.normal_(self.embed.weight, std=d**-0.5)
+        self.positions = SinusoidalPositions(d)
+        self.transformer = nn.Transformer(
+            d_model=d,
+            nhead=preset["heads"],
+            num_encoder_layers=preset["layers"],
+            num_decoder_layers=preset["layers"],
+            dim_feedforward=preset["d_ff"],
+            dropout=DROPOUT,
+            batch_first=True,
+        )
+        self.dropout = nn.Dropout(DROPOUT)
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.embed(ids) * self.scale + self.positions(ids.shape[1]))
+
+    def forward(self, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(target.shape[1])
+        padding = source == PAD
+        hidden = self.transformer(
+            self.embed_tokens(source),
+            self.embed_tokens(target),
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            src_key_padding_mask=padding,
+            memory_key_padding_mask=padding,
+        )
+        return F.linear(hidden, self.embed.weight)
+
+
+class TorchTransformer:
+    trains, generates = True, False
+
+    def __init__(self, preset: dict):
+        self.model = TorchTransformerModel(preset)
+        self.start = BOS
+        self.optimizer = None
+
+    def train_step(self, source, decoder_input, labels) -> float:
+        self.optimizer = self.optimizer or adam(self.model.parameters())
+        loss = smoothed_loss(self.model(source, decoder_input), labels)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+SYSTEMS = ("ours", "ours-compiled", "marian", "torch-nn", "ctranslate2")
+
+
+def build(name: str, preset: dict, threads: int):
+    if name == "ours":
+        return Ours(preset)
+    if name == "ours-compiled":
+        return Ours(preset, compiled=True)
+    if name == "marian":
+        return Marian(preset)
+    if name == "torch-nn":
+        return TorchTransformer(preset)
+    if name == "ctranslate2":
+        return CTranslate2(preset, threads)
+    raise ValueError(f"Unknown system {name!r}; choose from {', '.join(SYSTEMS)}.")

@@ -1,0 +1,45 @@
+"""The benchmark suite measures what it says: its FLOP count is PyTorch's, its systems train and agree."""
+
+import json
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from benchmarks.measure import main as measure_main
+from benchmarks.measure import random_sentences
+from benchmarks.presets import PRESETS, SOURCE_LENGTH, TARGET_LENGTH, TRAIN_BATCH, training_flops
+from benchmarks.systems import Marian, Ours, TorchTransformer
+
+
+@pytest.mark.parametrize("system_class", [Ours, Marian, TorchTransformer])
+def test_training_flops_formula_matches_pytorchs_flop_counter(system_class):
+    preset = PRESETS["small"]
+    system = system_class(preset)
+    source = random_sentences(TRAIN_BATCH, SOURCE_LENGTH, preset["vocab"], seed=1)
+    target = random_sentences(TRAIN_BATCH, TARGET_LENGTH, preset["vocab"], seed=2)
+    decoder_input = torch.cat([torch.full((TRAIN_BATCH, 1), system.start), target[:, :-1]], dim=1)
+    with FlopCounterMode(display=False) as counter:
+        system.train_step(source, decoder_input, target)
+    assert counter.get_total_flops() == pytest.approx(training_flops(preset), rel=0.03)
+
+
+def test_same_dimensions_give_the_same_parameter_count_up_to_known_extras():
+    preset = PRESETS["small"]
+    ours = sum(p.numel() for p in Ours(preset).model.parameters())
+    marian = sum(p.numel() for p in Marian(preset).model.parameters())
+    torch_nn = sum(p.numel() for p in TorchTransformer(preset).model.parameters())
+    # Marian stores its sinusoidal tables (encoder + decoder, 512 x d) as parameters; nn.Transformer adds
+    # the final LayerNorm of each stack.
+    assert marian - ours == 2 * 512 * preset["d_model"]
+    assert torch_nn - ours == 2 * 2 * preset["d_model"]
+
+
+def test_measure_prints_one_json_record(capsys):
+    measure_main(
+        ["--system", "ours", "--preset", "small", "--measure", "train", "--threads", "1", "--repeats", "1"]
+    )
+    record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert record["system"] == "ours" and record["threads"] == 1
+    assert record["train_tokens_per_s"] > 0 and record["peak_rss_mb"] > 0
+    assert record["parameters"] == 7_577_600
