@@ -77,10 +77,10 @@ class Ours:
 
     def generate(self, source, num_beams: int, new_tokens: int, use_cache: bool = True) -> torch.Tensor:
         model = self.model.eval()
-        if self.compiled and not getattr(model, "_forward_compiled", False):
+        if self.compiled and use_cache and not getattr(model, "_forward_compiled", False):
             model.forward = torch.compile(model.forward, fullgraph=True)
             model._forward_compiled = True
-        extra = {"cache_implementation": "static"} if self.compiled else {}
+        extra = {"cache_implementation": "static"} if self.compiled and use_cache else {}
         output = model.generate(
             input_ids=source,
             attention_mask=torch.ones_like(source),
