@@ -95,6 +95,16 @@ def test_committed_recipes_parse(recipe):
     assert 0 < training.warmup_steps < 1  # a ratio of the updates, as transformers 5 spells it
 
 
+def test_model_settings_reach_the_config(tmp_path, tokenizer):
+    from vanilla_transformer.train.classify import model_config
+
+    args, _ = arguments(tmp_path, norm_position="pre", num_layers=3)
+    config = model_config(args, tokenizer)
+    assert (config.norm_position, config.num_encoder_layers, config.num_decoder_layers) == ("pre", 3, 0)
+    with pytest.raises(ValueError, match="norm_position"):
+        model_config(arguments(tmp_path, norm_position="middle")[0], tokenizer)
+
+
 def test_clean_text_keeps_language_and_case():
     assert clean_text("Great!<br /><br />Really GREAT.<br/>정말") == "Great! Really GREAT. 정말"
 

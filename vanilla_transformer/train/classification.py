@@ -48,6 +48,9 @@ class ClassificationArguments:
     num_heads: int = 4
     num_layers: int = 4
     dropout: float = 0.1
+    norm_position: str = field(
+        default="post", metadata={"help": "'post' (§3.1) or 'pre' LayerNorm; see VanillaTransformerConfig."}
+    )
     classifier_pooling: str = "mean"
     pretrained_model: str | None = field(
         default=None, metadata={"help": "Fine-tune from this folder (e.g. an MLM checkpoint)."}

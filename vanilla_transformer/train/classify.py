@@ -83,6 +83,7 @@ def model_config(args: ClassificationArguments, tokenizer, **extra) -> VanillaTr
         num_encoder_layers=args.num_layers,
         num_decoder_layers=0,
         dropout=args.dropout,
+        norm_position=args.norm_position,
         max_position_embeddings=args.max_length,
         classifier_pooling=args.classifier_pooling,
         pad_token_id=tokenizer.pad_token_id,
