@@ -22,15 +22,11 @@ from transformers import AutoConfig, AutoTokenizer
 import vanilla_transformer
 from vanilla_transformer.onnx_export import OnnxSeq2Seq, export_onnx
 
+from .measure import timed
+
 
 def median_ms(function, repeats: int) -> float:
-    function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return 1000 * statistics.median(times)
+    return 1000 * statistics.median(timed(function, repeats, warmup=1))
 
 
 def check_classifier(model, tokenizer, folder, texts: list[str], repeats: int) -> None:

@@ -90,11 +90,14 @@ def tokenizer():
     )
 
 
-def run_without_the_package(script: str, *args: str, folder: Path) -> subprocess.CompletedProcess:
+def run_without_the_package(
+    script: str, *args: str, folder: Path, python: str | Path = sys.executable
+) -> subprocess.CompletedProcess:
     """Run ``script`` in a fresh Python where ``vanilla_transformer`` cannot be imported (the script
-    blocks it) and the Hub is offline, as a user who downloaded a saved folder would; asserts success."""
+    blocks it, or ``python`` is a virtualenv without it) and the Hub is offline, as a user who
+    downloaded a saved folder would; asserts success."""
     result = subprocess.run(
-        [sys.executable, "-c", script, *args],
+        [str(python), "-c", script, *args],
         cwd=folder,
         capture_output=True,
         text=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from conftest import tiny_config
+from conftest import run_without_the_package, tiny_config
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard, RepoUrl
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
@@ -201,18 +201,7 @@ def test_pushed_folder_loads_in_a_fresh_virtualenv_without_the_package(hub, trai
     main(["push", "--model", str(trained_folder), "--repo-id", "someone/tiny-en-ko"])
     pushed = hub.folder("someone/tiny-en-ko")
     python = fresh_virtualenv()
-    result = subprocess.run(
-        [str(python), "-c", LOAD_IN_FRESH_VENV, str(pushed), json.dumps(SENTENCES)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={
-            "PATH": "/usr/bin:/bin",
-            "OMP_NUM_THREADS": "1",
-            "HF_HUB_OFFLINE": "1",
-            "HF_HOME": str(tmp_path / "hf"),
-        },
+    result = run_without_the_package(
+        LOAD_IN_FRESH_VENV, str(pushed), json.dumps(SENTENCES), folder=tmp_path, python=python
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == _translations(trained_folder)
