@@ -17,9 +17,9 @@ import time
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoTokenizer
 
-import vanilla_transformer
+from vanilla_transformer.modeling_vanilla_transformer import load_saved_model
 from vanilla_transformer.onnx_export import OnnxSeq2Seq, export_onnx
 
 from .measure import timed
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    architecture = AutoConfig.from_pretrained(args.model).architectures[0]
-    model = getattr(vanilla_transformer, architecture).from_pretrained(args.model).eval()
+    model = load_saved_model(args.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()

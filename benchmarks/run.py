@@ -18,10 +18,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .presets import NEW_TOKENS, PRESETS, SOURCE_LENGTH, TARGET_LENGTH, TRAIN_BATCH
-from .systems import SYSTEMS
+from .systems import MEASURES, SYSTEMS
 
-TRAINS = {"ours", "ours-compiled", "marian", "torch-nn"}
-GENERATES = {"ours", "ours-compiled", "marian", "ctranslate2"}
 ROWS = [  # (label, key, higher is better)
     ("train tok/s", "train_tokens_per_s", True),
     ("train MFU (% of matmul peak)", "train_mfu", True),
@@ -88,8 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     jobs = [(None, args.presets[0], "peak")]
     for preset in args.presets:
         for system in args.systems:
-            jobs += [(system, preset, "train")] if system in TRAINS else []
-            jobs += [(system, preset, "generate")] if system in GENERATES else []
+            jobs += [(system, preset, measure) for measure in MEASURES[system]]
     results: dict = {preset: {} for preset in args.presets}
     peak = None
     started = time.time()

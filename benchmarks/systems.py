@@ -38,9 +38,40 @@ def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
-class Ours:
-    trains, generates = True, True
+class TrainingStep:
+    """The common step: ``loss`` (each system's forward and label-smoothed loss), backward, Adam."""
 
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None = None
+
+    def loss(self, source, decoder_input, labels) -> torch.Tensor:
+        raise NotImplementedError
+
+    def train_step(self, source, decoder_input, labels) -> float:
+        self.optimizer = self.optimizer or adam(self.model.parameters())
+        loss = self.loss(source, decoder_input, labels)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+
+def fixed_length_generate(model, source, num_beams: int, new_tokens: int, **extra) -> torch.Tensor:
+    """transformers' ``generate()`` with exactly ``new_tokens`` new tokens per row (EOS suppressed)."""
+    output = model.eval().generate(
+        input_ids=source,
+        attention_mask=torch.ones_like(source),
+        num_beams=num_beams,
+        do_sample=False,
+        min_new_tokens=new_tokens,
+        max_new_tokens=new_tokens,
+        length_penalty=1.0,
+        **extra,
+    )
+    return output[:, 1:]  # the new tokens
+
+
+class Ours(TrainingStep):
     def __init__(self, preset: dict, compiled: bool = False):
         from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
@@ -62,42 +93,24 @@ class Ours:
         self.start = config.decoder_start_token_id
         self.forward = torch.compile(self.model) if compiled else self.model
         self.compiled = compiled
-        self.optimizer = None
+        self.forward_compiled = False
 
-    def train_step(self, source, decoder_input, labels) -> float:
-        self.optimizer = self.optimizer or adam(self.model.parameters())
+    def loss(self, source, decoder_input, labels) -> torch.Tensor:
         mask = torch.ones_like(source)
-        loss = self.forward(
+        return self.forward(
             input_ids=source, attention_mask=mask, decoder_input_ids=decoder_input, labels=labels
         ).loss
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss.item()
 
     def generate(self, source, num_beams: int, new_tokens: int, use_cache: bool = True) -> torch.Tensor:
-        model = self.model.eval()
-        if self.compiled and use_cache and not getattr(model, "_forward_compiled", False):
-            model.forward = torch.compile(model.forward, fullgraph=True)
-            model._forward_compiled = True
-        extra = {"cache_implementation": "static"} if self.compiled and use_cache else {}
-        output = model.generate(
-            input_ids=source,
-            attention_mask=torch.ones_like(source),
-            num_beams=num_beams,
-            do_sample=False,
-            min_new_tokens=new_tokens,
-            max_new_tokens=new_tokens,
-            length_penalty=1.0,
-            use_cache=use_cache,
-            **extra,
-        )
-        return output[:, 1:]  # the new tokens
+        static = self.compiled and use_cache
+        if static and not self.forward_compiled:
+            self.model.forward = torch.compile(self.model.forward, fullgraph=True)
+            self.forward_compiled = True
+        extra = {"cache_implementation": "static"} if static else {}
+        return fixed_length_generate(self.model, source, num_beams, new_tokens, use_cache=use_cache, **extra)
 
 
-class Marian:
-    trains, generates = True, True
-
+class Marian(TrainingStep):
     def __init__(self, preset: dict):
         from transformers import MarianConfig, MarianMTModel
 
@@ -128,33 +141,16 @@ class Marian:
         )
         self.model = MarianMTModel(self.config)
         self.start = self.pad
-        self.optimizer = None
 
-    def train_step(self, source, decoder_input, labels) -> float:
-        self.optimizer = self.optimizer or adam(self.model.parameters())
+    def loss(self, source, decoder_input, labels) -> torch.Tensor:
         logits = self.model(
             input_ids=source, attention_mask=torch.ones_like(source), decoder_input_ids=decoder_input
         ).logits
-        loss = smoothed_loss(logits, labels)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+        return smoothed_loss(logits, labels)
 
     def generate(self, source, num_beams: int, new_tokens: int) -> torch.Tensor:
-        output = self.model.eval().generate(
-            input_ids=source,
-            attention_mask=torch.ones_like(source),
-            num_beams=num_beams,
-            do_sample=False,
-            min_new_tokens=new_tokens,
-            max_new_tokens=new_tokens,
-            length_penalty=1.0,
-            bad_words_ids=[
-                [self.pad]
-            ],  # as released Marian models do; CTranslate2 drops <pad> from its vocab
-        )
-        return output[:, 1:]
+        # <pad> banned, as released Marian models do; CTranslate2 drops it from its vocabulary.
+        return fixed_length_generate(self.model, source, num_beams, new_tokens, bad_words_ids=[[self.pad]])
 
     def save_for_ctranslate2(self, folder: Path) -> Path:
         """Save the model with a word-level tokenizer whose tokens name the ids (CTranslate2 reads both)."""
@@ -176,8 +172,6 @@ class Marian:
 
 
 class CTranslate2:
-    trains, generates = False, True
-
     def __init__(self, preset: dict, threads: int):
         import ctranslate2
 
@@ -261,24 +255,23 @@ class TorchTransformerModel(nn.Module):
         return F.linear(hidden, self.embed.weight)
 
 
-class TorchTransformer:
-    trains, generates = True, False
-
+class TorchTransformer(TrainingStep):
     def __init__(self, preset: dict):
         self.model = TorchTransformerModel(preset)
         self.start = BOS
-        self.optimizer = None
 
-    def train_step(self, source, decoder_input, labels) -> float:
-        self.optimizer = self.optimizer or adam(self.model.parameters())
-        loss = smoothed_loss(self.model(source, decoder_input), labels)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return loss.item()
+    def loss(self, source, decoder_input, labels) -> torch.Tensor:
+        return smoothed_loss(self.model(source, decoder_input), labels)
 
 
-SYSTEMS = ("ours", "ours-compiled", "marian", "torch-nn", "ctranslate2")
+MEASURES = {  # system -> what it is measured on (nn.Transformer has no decoding loop, CTranslate2 no training)
+    "ours": ("train", "generate"),
+    "ours-compiled": ("train", "generate"),
+    "marian": ("train", "generate"),
+    "torch-nn": ("train",),
+    "ctranslate2": ("generate",),
+}
+SYSTEMS = tuple(MEASURES)
 
 
 def build(name: str, preset: dict, threads: int):

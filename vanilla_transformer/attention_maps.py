@@ -28,14 +28,11 @@ def token_labels(tokenizer, ids) -> list[str]:
 
 def load_model(folder: str | Path):
     """The model class the folder was saved from (``config.architectures``) and its tokenizer."""
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    from . import modeling_vanilla_transformer as modeling
+    from .modeling_vanilla_transformer import load_saved_model
 
-    config = AutoConfig.from_pretrained(folder)
-    names = [name for name in (config.architectures or []) if hasattr(modeling, name)]
-    model_class = getattr(modeling, names[0]) if names else modeling.VanillaTransformerModel
-    return model_class.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    return load_saved_model(folder), AutoTokenizer.from_pretrained(folder)
 
 
 def attention_weights(model, tokenizer, source: str, target: str | None = None) -> dict:

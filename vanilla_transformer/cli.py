@@ -138,14 +138,12 @@ def cmd_classify(options) -> None:
 
 
 def cmd_export_onnx(options) -> None:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    import vanilla_transformer
-
+    from .modeling_vanilla_transformer import load_saved_model
     from .onnx_export import export_onnx
 
-    architecture = AutoConfig.from_pretrained(options.model).architectures[0]
-    model = getattr(vanilla_transformer, architecture).from_pretrained(options.model)
+    model = load_saved_model(options.model)
     tokenizer = AutoTokenizer.from_pretrained(options.model) if _has_tokenizer(options.model) else None
     for path in export_onnx(model, options.output, tokenizer):
         print(f"Wrote {path}")

@@ -20,6 +20,7 @@ from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
 from .model_card import write_model_card
+from .modeling_vanilla_transformer import load_saved_model
 
 TASKS = {  # model class -> the pipeline tag its card declares
     "VanillaTransformerForConditionalGeneration": "translation",
@@ -116,12 +117,7 @@ def ensure_model_card(folder: str | Path, model=None) -> Path:
     if card.is_file():
         return card
     if model is None:
-        import vanilla_transformer
-
-        architecture = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))[
-            "architectures"
-        ][0]
-        model = getattr(vanilla_transformer, architecture).from_pretrained(folder)
+        model = load_saved_model(folder)
     task = TASKS.get(type(model).__name__, "feature-extraction")
     return write_model_card(
         folder,

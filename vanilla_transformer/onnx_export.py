@@ -64,6 +64,18 @@ def _cache_from(keys: torch.Tensor, values: torch.Tensor, config) -> DynamicCach
     return cache
 
 
+def _decode_step(model, tokens, encoder_states, encoder_mask, cache: EncoderDecoderCache):
+    """One decoder call of the seq2seq model on ``tokens`` (B, 1), growing ``cache``."""
+    return model(
+        attention_mask=encoder_mask,
+        encoder_outputs=(encoder_states,),
+        decoder_input_ids=tokens,
+        past_key_values=cache,
+        use_cache=True,
+        return_dict=True,
+    )
+
+
 class _FirstDecoderStep(nn.Module):
     """Start tokens (B, 1) and the encoder output -> next-token logits (B, V), self K/V, cross K/V."""
 
@@ -74,13 +86,8 @@ class _FirstDecoderStep(nn.Module):
     def forward(self, decoder_input_ids, encoder_hidden_states, encoder_attention_mask):
         config = self.model.config
         cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
-        output = self.model(
-            attention_mask=encoder_attention_mask,
-            encoder_outputs=(encoder_hidden_states,),
-            decoder_input_ids=decoder_input_ids,
-            past_key_values=cache,
-            use_cache=True,
-            return_dict=True,
+        output = _decode_step(
+            self.model, decoder_input_ids, encoder_hidden_states, encoder_attention_mask, cache
         )
         return (
             output.logits[:, -1],
@@ -107,14 +114,7 @@ class _DecoderStepWithPast(nn.Module):
             cache.is_updated[index] = True  # the cross keys/values are given: never re-projected
         # Only the cross-attention reads the encoder output, and it reads it from the cache.
         placeholder = cross_keys.new_zeros(cross_keys.shape[1], cross_keys.shape[3], config.d_model)
-        output = self.model(
-            attention_mask=encoder_attention_mask,
-            encoder_outputs=(placeholder,),
-            decoder_input_ids=decoder_input_ids,
-            past_key_values=cache,
-            use_cache=True,
-            return_dict=True,
-        )
+        output = _decode_step(self.model, decoder_input_ids, placeholder, encoder_attention_mask, cache)
         return (output.logits[:, -1], *_stack(output.past_key_values.self_attention_cache))
 
 
@@ -137,8 +137,9 @@ def export_onnx(model, folder: str | Path, tokenizer=None) -> list[Path]:
     """Export ``model`` into ``folder`` (plus its config, generation config and ``tokenizer``).
 
     Returns the graph files written: ``model.onnx`` for encoder-only models, the three seq2seq graphs
-    (see the module docstring) for the encoder-decoder. Export runs the eager modules in fp32, with
-    SDPA attention as the model is configured. Raises ``ValueError`` for the decoder-only model.
+    (see the module docstring) for the encoder-decoder. The model is switched to eval mode and fp32 in
+    place; attention is traced as the model is configured (SDPA by default). Raises ``ValueError`` for
+    the decoder-only model.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
