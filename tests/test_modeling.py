@@ -427,3 +427,55 @@ def test_masked_lm_sparse_prediction_gives_the_dense_loss_and_full_logits_withou
     assert sparse(input_ids=ids).logits.shape == (3, 9, VOCAB)
     with pytest.raises(ValueError, match=r"`labels` shape \(3, 8\) does not match the input \(3, 9\)"):
         sparse(input_ids=ids, labels=labels[:, :8])
+
+
+# -- inference weight layout (fused Q/K/V, (in, out) weights) ------------------------------------
+
+
+def _autograd_logits(model, **inputs) -> torch.Tensor:
+    with torch.enable_grad():  # autograd on: every projection runs its own nn.Linear
+        return model(**inputs).logits.detach()
+
+
+@pytest.mark.parametrize("make", [seq2seq, causal_lm])
+def test_inference_layout_gives_the_logits_of_the_nn_linear_path(make):
+    model = make()
+    ids = random_ids(3, 7)
+    inputs = {"input_ids": ids, "decoder_input_ids": ids[:, :4]} if make is seq2seq else {"input_ids": ids}
+    with torch.no_grad():
+        fast = model(**inputs).logits
+    laid_out = [name for name, module in model.named_modules() if "_inference_layout" in module.__dict__]
+    assert "" in laid_out and any(name.endswith("self_attn") for name in laid_out)  # head and fused Q/K/V
+    assert any(name.endswith("ffn") for name in laid_out)
+    torch.testing.assert_close(fast, _autograd_logits(model, **inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_inference_layout_follows_weight_updates_and_is_dropped_in_training():
+    model = seq2seq()
+    ids = random_ids(2, 6)
+    inputs = {"input_ids": ids, "decoder_input_ids": ids}
+    with torch.no_grad():
+        before = model(**inputs).logits
+
+    model.train()  # one optimiser step: the in-place update must be seen
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model(**inputs, labels=ids).loss.backward()
+    optimizer.step()
+    assert "_inference_layout" not in model.__dict__  # training mode dropped the copy
+    model.eval()
+    with torch.no_grad():
+        after = model(**inputs).logits
+    assert not torch.allclose(before, after, atol=1e-3)
+    torch.testing.assert_close(after, _autograd_logits(model, **inputs))
+
+    other = seq2seq()  # different random weights, loaded in place
+    model.load_state_dict(other.state_dict())
+    with torch.no_grad():
+        loaded = model(**inputs).logits
+    torch.testing.assert_close(loaded, _autograd_logits(other, **inputs))
+
+    model.double()  # new parameters, new dtype
+    with torch.no_grad():
+        doubled = model(**inputs).logits
+    assert doubled.dtype == torch.float64
+    torch.testing.assert_close(doubled, _autograd_logits(model, **inputs))

@@ -147,6 +147,62 @@ class VanillaTransformerEmbedding(nn.Embedding):
 
 
 # ------------------------------------------------------------------------------------------------
+# Inference weight layout (not in the paper: a decoding speed-up)
+# ------------------------------------------------------------------------------------------------
+
+
+def _uses_inference_layout(owner: nn.Module, linears: tuple[nn.Module, ...]) -> bool:
+    """Inference (eval mode, no autograd, not being compiled or traced) with plain ``nn.Linear``
+    modules: not LoRA or quantised wrappers, not offloaded by accelerate hooks."""
+    return (
+        not owner.training
+        and not torch.is_grad_enabled()
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()
+        and all(type(linear) is nn.Linear and not hasattr(linear, "_hf_hook") for linear in linears)
+    )
+
+
+def project(hidden_states: torch.Tensor, owner: nn.Module, *linears: nn.Module) -> tuple[torch.Tensor, ...]:
+    """``tuple(linear(hidden_states) for linear in linears)``; at inference, computed as one product.
+
+    Training, autograd and ``torch.compile`` run the ``nn.Linear`` modules themselves (the readable
+    path, and what LoRA or quantisation wrap). At inference the weights are concatenated once and
+    stored transposed, (in, out), on ``owner``: on CPU, a product with one to a few rows (a decoding
+    step) reads a weight laid out (in, out) up to 2x faster than the (out, in) ``nn.Linear`` layout
+    when out > in (measured with MKL: 8000x256 output projection 1.14 -> 0.51 ms, fused 768x256 Q/K/V
+    0.14 -> 0.07 ms), and one product instead of three saves two calls per layer. Callers use it where
+    out > in: the fused Q/K/V of self-attention, W_1 of the feed-forward network and the output
+    projection. The copy is rebuilt whenever a source parameter changes (its version counter or
+    storage: optimizer steps, ``load_state_dict``, ``.to()``) and dropped in training mode; it costs
+    memory equal to those weights while the model is in eval mode.
+    """
+    if not _uses_inference_layout(owner, linears):
+        owner.__dict__.pop("_inference_layout", None)
+        return tuple(linear(hidden_states) for linear in linears)
+    parameters = [p for linear in linears for p in (linear.weight, linear.bias) if p is not None]
+    state = [(id(p), p.data_ptr(), p._version, p.dtype, p.device) for p in parameters]
+    cached = owner.__dict__.get("_inference_layout")
+    if cached is None or cached[0] != state:
+        weight = torch.cat([linear.weight for linear in linears]).t().contiguous()  # (in, sum of outs)
+        bias = None
+        if any(linear.bias is not None for linear in linears):
+            bias = torch.cat(
+                [
+                    linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
+                    for linear in linears
+                ]
+            )
+        cached = (state, weight, bias, parameters)  # the parameters: so that their ids stay theirs
+        owner.__dict__["_inference_layout"] = cached
+    _, weight, bias, _ = cached
+    rows = hidden_states.reshape(-1, hidden_states.shape[-1])  # (B*T, in)
+    output = rows @ weight if bias is None else torch.addmm(bias, rows, weight)  # (B*T, sum of outs)
+    output = output.view(*hidden_states.shape[:-1], -1)
+    return output.split([linear.out_features for linear in linears], dim=-1)
+
+
+# ------------------------------------------------------------------------------------------------
 # §3.2 Attention
 # ------------------------------------------------------------------------------------------------
 
@@ -234,7 +290,11 @@ class VanillaTransformerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states: (B, T, D) queries; key_value_states: (B, S, D) encoder output for
         cross-attention, else None. Returns (B, T, D) and the (B, H, T, S) probabilities or None."""
-        query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (B, H, T, Dk)
+        if self.is_cross_attention:
+            (query,) = project(hidden_states, self, self.q_proj)
+        else:  # Q, K and V are projections of the same states: one product at inference
+            query, self_key, self_value = project(hidden_states, self, self.q_proj, self.k_proj, self.v_proj)
+        query = self._split_heads(query, self.d_k)  # (B, H, T, Dk)
 
         cache = past_key_values
         if isinstance(past_key_values, EncoderDecoderCache):
@@ -249,9 +309,10 @@ class VanillaTransformerAttention(nn.Module):
             key = cache.layers[self.layer_idx].keys  # (B, H, S, Dk)
             value = cache.layers[self.layer_idx].values  # (B, H, S, Dv)
         else:
-            source = key_value_states if self.is_cross_attention else hidden_states
-            key = self._split_heads(self.k_proj(source), self.d_k)  # (B, H, S, Dk)
-            value = self._split_heads(self.v_proj(source), self.d_v)  # (B, H, S, Dv)
+            if self.is_cross_attention:
+                self_key, self_value = self.k_proj(key_value_states), self.v_proj(key_value_states)
+            key = self._split_heads(self_key, self.d_k)  # (B, H, S, Dk)
+            value = self._split_heads(self_value, self.d_v)  # (B, H, S, Dv)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)  # self-attn: (B, H, P+T, d)
                 if self.is_cross_attention:
@@ -294,7 +355,8 @@ class VanillaTransformerFeedForward(nn.Module):
         self.activation_dropout = config.activation_dropout
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        hidden_states = self.activation(self.fc1(hidden_states))  # (B, T, F)
+        (hidden_states,) = project(hidden_states, self, self.fc1)
+        hidden_states = self.activation(hidden_states)  # (B, T, F)
         hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
         return self.fc2(hidden_states)  # (B, T, D)
 
@@ -1011,7 +1073,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         hidden_states = outputs.last_hidden_state
         if logits_to_keep:
             hidden_states = hidden_states[:, -logits_to_keep:]
-        logits = self.lm_head(hidden_states)  # (B, T, V): the pre-softmax linear transformation
+        (logits,) = project(
+            hidden_states, self, self.lm_head
+        )  # (B, T, V): the pre-softmax linear transformation
         loss = None
         if labels is not None:
             loss = label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
@@ -1092,7 +1156,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         hidden_states = outputs.last_hidden_state
         if logits_to_keep:
             hidden_states = hidden_states[:, -logits_to_keep:]
-        logits = self.lm_head(hidden_states)  # (B, T, V)
+        (logits,) = project(hidden_states, self, self.lm_head)  # (B, T, V)
         loss = None
         if shift_labels is not None:
             loss = label_smoothed_nll_loss(
