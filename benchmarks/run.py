@@ -2,6 +2,12 @@
 markdown table (ratios to Marian) and the raw JSON.
 
     python -m benchmarks [--presets small base] [--systems ours marian ...] [--threads 2] [--repeats 5]
+                         [--rounds 3]
+
+The job list runs ``--rounds`` times, round-robin: a shared or throttled CPU drifts by tens of percent
+within minutes, and running every system once per round spreads each one's measurements over the
+whole run. A figure is the median over rounds; a ratio is the median over rounds of the ratio to
+Marian measured in the same round.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -46,9 +53,38 @@ def run_one(system: str | None, preset: str, measure: str, threads: int, repeats
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def table(results: dict, preset: str, systems: list[str]) -> str:
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def combine(rounds: list[dict], presets: list[str]) -> tuple[dict, dict]:
+    """Medians over rounds of every figure, and medians over rounds of each figure's ratio to Marian."""
+    results: dict = {preset: {} for preset in presets}
+    ratios: dict = {preset: {} for preset in presets}
+    for preset in presets:
+        systems = {system for one in rounds for system in one[preset]}
+        for system in systems:
+            records = [one[preset][system] for one in rounds if system in one[preset]]
+            merged = dict(records[-1])
+            for _, key, _ in ROWS:
+                values = [record[key] for record in records if record.get(key) is not None]
+                if values:
+                    merged[key] = median(values)
+                relative = [
+                    one[preset][system][key] / one[preset]["marian"][key]
+                    for one in rounds
+                    if one[preset].get(system, {}).get(key) is not None
+                    and one[preset].get("marian", {}).get(key)
+                ]
+                if relative and system != "marian":
+                    ratios[preset].setdefault(system, {})[key] = median(relative)
+            merged["rounds"] = records
+            results[preset][system] = merged
+    return results, ratios
+
+
+def table(results: dict, ratios: dict, preset: str, systems: list[str]) -> str:
     merged = results[preset]
-    marian = merged.get("marian", {})
     head = "| " + preset + " | " + " | ".join(systems) + " |\n| --- |" + " --- |" * len(systems) + "\n"
     lines = []
     for label, key, _ in ROWS:
@@ -65,8 +101,9 @@ def table(results: dict, preset: str, systems: list[str]) -> str:
                 if value < 100
                 else f"{value:,.0f}"
             )
-            if key != "greedy_agreement" and system != "marian" and marian.get(key):
-                text += f" ({value / marian[key]:.2f}×)"
+            ratio = ratios[preset].get(system, {}).get(key)
+            if key != "greedy_agreement" and ratio is not None:
+                text += f" ({ratio:.2f}×)"
             cells.append(text)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
@@ -77,7 +114,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--presets", nargs="+", choices=sorted(PRESETS), default=["small", "base"])
     parser.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5, help="Timed repeats in each measurement.")
+    parser.add_argument("--rounds", type=int, default=3, help="Round-robin passes over all systems.")
     parser.add_argument(
         "--output", default="benchmarks/results", help="Folder for results.md and results.json."
     )
@@ -87,33 +125,52 @@ def main(argv: list[str] | None = None) -> None:
     for preset in args.presets:
         for system in args.systems:
             jobs += [(system, preset, measure) for measure in MEASURES[system]]
-    results: dict = {preset: {} for preset in args.presets}
-    peak = None
+    rounds: list[dict] = []
+    peaks: list[float] = []
     started = time.time()
-    for system, preset, measure in tqdm(jobs, desc="benchmarks", unit="run"):
-        record = run_one(system, preset, measure, args.threads, args.repeats)
-        if "error" in record:
-            tqdm.write(f"{system} {preset} {measure} failed:\n{record['error']}")
-        if measure == "peak":
-            peak = record.get("matmul_gflops")
-            continue
-        results[preset].setdefault(system, {}).update(record)
-        if peak and "train_gflops" in record:
-            results[preset][system]["train_mfu"] = 100 * record["train_gflops"] / peak
+    progress = tqdm(total=len(jobs) * args.rounds, desc="benchmarks", unit="run")
+    for _ in range(args.rounds):
+        one: dict = {preset: {} for preset in args.presets}
+        peak = None
+        for system, preset, measure in jobs:
+            record = run_one(system, preset, measure, args.threads, args.repeats)
+            progress.update()
+            if "error" in record:
+                tqdm.write(f"{system} {preset} {measure} failed:\n{record['error']}")
+            if measure == "peak":
+                peak = record.get("matmul_gflops")
+                peaks.append(peak)
+                continue
+            one[preset].setdefault(system, {}).update(record)
+            if peak and "train_gflops" in record:
+                one[preset][system]["train_mfu"] = 100 * record["train_gflops"] / peak
+        rounds.append(one)
+    progress.close()
+    results, ratios = combine(rounds, args.presets)
+    peak = median([p for p in peaks if p])
 
     header = (
         f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
-        f"{args.threads} threads, fp32, medians of {args.repeats})\n\n"
-        f"Measured fp32 matmul peak: {peak:,.1f} GFLOP/s. Training: {TRAIN_BATCH} sentences x "
-        f"{SOURCE_LENGTH} + {TARGET_LENGTH} tokens, forward + label-smoothed loss + backward + Adam. "
-        f"Generation: {SOURCE_LENGTH}-token sources, {NEW_TOKENS} new tokens (EOS suppressed). "
-        "Ratios are to Marian in the same run.\n\n"
+        f"{args.threads} threads, fp32, {args.rounds} round-robin rounds of {args.repeats} repeats)\n\n"
+        f"Measured fp32 matmul peak: {peak:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks if p)}). "
+        "Figures are medians over rounds; ratios are medians of the per-round ratio to Marian. "
+        f"Training: {TRAIN_BATCH} sentences x {SOURCE_LENGTH} + {TARGET_LENGTH} tokens, forward + "
+        "label-smoothed loss + backward + Adam. "
+        f"Generation: {SOURCE_LENGTH}-token sources, {NEW_TOKENS} new tokens (EOS suppressed).\n\n"
     )
-    markdown = header + "\n".join(table(results, preset, args.systems) for preset in args.presets)
+    markdown = header + "\n".join(table(results, ratios, preset, args.systems) for preset in args.presets)
     output = Path(args.output)
     output.mkdir(parents=True, exist_ok=True)
     (output / "results.md").write_text(markdown)
-    payload = {"peak_gflops": peak, "threads": args.threads, "repeats": args.repeats, "results": results}
+    payload = {
+        "peak_gflops": peak,
+        "peaks_gflops": peaks,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "rounds": args.rounds,
+        "results": results,
+        "ratios_to_marian": ratios,
+    }
     (output / "results.json").write_text(json.dumps(payload, indent=2))
     print(markdown)
     print(f"({time.time() - started:.0f} s; written to {output}/results.md and results.json)")

@@ -9,6 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from benchmarks.measure import main as measure_main
 from benchmarks.measure import random_sentences
 from benchmarks.presets import PRESETS, SOURCE_LENGTH, TARGET_LENGTH, TRAIN_BATCH, training_flops
+from benchmarks.run import combine, table
 from benchmarks.systems import Marian, Ours, TorchTransformer
 
 
@@ -43,3 +44,17 @@ def test_measure_prints_one_json_record(capsys):
     assert record["system"] == "ours" and record["threads"] == 1
     assert record["train_tokens_per_s"] > 0 and record["peak_rss_mb"] > 0
     assert record["parameters"] == 7_577_600
+
+
+def test_ratios_are_medians_of_same_round_ratios_so_drift_cancels():
+    # The machine halves in speed in round 2: each round's ratio is 1.2, 1.2 and 0.9.
+    rounds = [
+        {"small": {"ours": {"train_tokens_per_s": ours}, "marian": {"train_tokens_per_s": marian}}}
+        for ours, marian in [(120.0, 100.0), (60.0, 50.0), (90.0, 100.0)]
+    ]
+    results, ratios = combine(rounds, ["small"])
+    assert results["small"]["ours"]["train_tokens_per_s"] == 90.0  # median of the figures
+    assert results["small"]["marian"]["train_tokens_per_s"] == 100.0
+    assert ratios["small"]["ours"]["train_tokens_per_s"] == pytest.approx(1.2)  # 90 / 100 would say 0.9
+    assert len(results["small"]["ours"]["rounds"]) == 3
+    assert "(1.20×)" in table(results, ratios, "small", ["ours", "marian"])
