@@ -53,10 +53,6 @@ def run_one(system: str | None, preset: str, measure: str, threads: int, repeats
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
 def combine(rounds: list[dict], presets: list[str]) -> tuple[dict, dict]:
     """Medians over rounds of every figure, and medians over rounds of each figure's ratio to Marian."""
     results: dict = {preset: {} for preset in presets}
@@ -69,7 +65,7 @@ def combine(rounds: list[dict], presets: list[str]) -> tuple[dict, dict]:
             for _, key, _ in ROWS:
                 values = [record[key] for record in records if record.get(key) is not None]
                 if values:
-                    merged[key] = median(values)
+                    merged[key] = statistics.median(values)
                 relative = [
                     one[preset][system][key] / one[preset]["marian"][key]
                     for one in rounds
@@ -77,7 +73,7 @@ def combine(rounds: list[dict], presets: list[str]) -> tuple[dict, dict]:
                     and one[preset].get("marian", {}).get(key)
                 ]
                 if relative and system != "marian":
-                    ratios[preset].setdefault(system, {})[key] = median(relative)
+                    ratios[preset].setdefault(system, {})[key] = statistics.median(relative)
             merged["rounds"] = records
             results[preset][system] = merged
     return results, ratios
@@ -139,7 +135,7 @@ def main(argv: list[str] | None = None) -> None:
                 tqdm.write(f"{system} {preset} {measure} failed:\n{record['error']}")
             if measure == "peak":
                 peak = record.get("matmul_gflops")
-                peaks.append(peak)
+                peaks += [peak] if peak else []
                 continue
             one[preset].setdefault(system, {}).update(record)
             if peak and "train_gflops" in record:
@@ -147,12 +143,12 @@ def main(argv: list[str] | None = None) -> None:
         rounds.append(one)
     progress.close()
     results, ratios = combine(rounds, args.presets)
-    peak = median([p for p in peaks if p])
+    peak = statistics.median(peaks) if peaks else float("nan")
 
     header = (
         f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
         f"{args.threads} threads, fp32, {args.rounds} round-robin rounds of {args.repeats} repeats)\n\n"
-        f"Measured fp32 matmul peak: {peak:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks if p)}). "
+        f"Measured fp32 matmul peak: {peak:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks)}). "
         "Figures are medians over rounds; ratios are medians of the per-round ratio to Marian. "
         f"Training: {TRAIN_BATCH} sentences x {SOURCE_LENGTH} + {TARGET_LENGTH} tokens, forward + "
         "label-smoothed loss + backward + Adam. "
