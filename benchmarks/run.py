@@ -72,7 +72,7 @@ def combine(rounds: list[dict], presets: list[str]) -> tuple[dict, dict]:
                     if one[preset].get(system, {}).get(key) is not None
                     and one[preset].get("marian", {}).get(key)
                 ]
-                if relative and system != "marian":
+                if relative and system != "marian" and key != "greedy_agreement":
                     ratios[preset].setdefault(system, {})[key] = statistics.median(relative)
             merged["rounds"] = records
             results[preset][system] = merged
@@ -98,7 +98,7 @@ def table(results: dict, ratios: dict, preset: str, systems: list[str]) -> str:
                 else f"{value:,.0f}"
             )
             ratio = ratios[preset].get(system, {}).get(key)
-            if key != "greedy_agreement" and ratio is not None:
+            if ratio is not None:
                 text += f" ({ratio:.2f}×)"
             cells.append(text)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")

@@ -291,8 +291,8 @@ class VanillaTransformerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states: (B, T, D) queries; key_value_states: (B, S, D) encoder output for
         cross-attention, else None. Returns (B, T, D) and the (B, H, T, S) probabilities or None."""
-        if self.is_cross_attention:
-            (query,) = project(hidden_states, self, self.q_proj)  # K, V come from the encoder output below
+        if self.is_cross_attention:  # K, V come from the encoder output below
+            query = self.q_proj(hidden_states)  # D -> D: no faster in another layout
         else:  # Q, K and V are projections of the same states: one product at inference
             query, projected_key, projected_value = project(
                 hidden_states, self, self.q_proj, self.k_proj, self.v_proj
@@ -1076,9 +1076,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         hidden_states = outputs.last_hidden_state
         if logits_to_keep:
             hidden_states = hidden_states[:, -logits_to_keep:]
-        (logits,) = project(
-            hidden_states, self, self.lm_head
-        )  # (B, T, V): the pre-softmax linear transformation
+        # (B, T, V): the pre-softmax linear transformation
+        (logits,) = project(hidden_states, self, self.lm_head)
         loss = None
         if labels is not None:
             loss = label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
