@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
-from vanilla_transformer.modeling_vanilla_transformer import load_saved_model
+from vanilla_transformer.loading import load_saved_model
 from vanilla_transformer.onnx_export import OnnxSeq2Seq, export_onnx
 
 from .measure import timed

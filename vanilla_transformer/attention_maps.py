@@ -30,7 +30,7 @@ def load_model(folder: str | Path):
     """The model class the folder was saved from (``config.architectures``) and its tokenizer."""
     from transformers import AutoTokenizer
 
-    from .modeling_vanilla_transformer import load_saved_model
+    from .loading import load_saved_model
 
     return load_saved_model(folder), AutoTokenizer.from_pretrained(folder)
 

@@ -140,7 +140,7 @@ def cmd_classify(options) -> None:
 def cmd_export_onnx(options) -> None:
     from transformers import AutoTokenizer
 
-    from .modeling_vanilla_transformer import load_saved_model
+    from .loading import load_saved_model
     from .onnx_export import export_onnx
 
     model = load_saved_model(options.model)

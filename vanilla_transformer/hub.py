@@ -20,7 +20,7 @@ from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
 from .model_card import write_model_card
-from .modeling_vanilla_transformer import load_saved_model
+from .loading import load_saved_model
 
 TASKS = {  # model class -> the pipeline tag its card declares
     "VanillaTransformerForConditionalGeneration": "translation",

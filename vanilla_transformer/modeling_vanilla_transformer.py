@@ -1329,25 +1329,7 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 
 
-def load_saved_model(folder, **kwargs) -> VanillaTransformerPreTrainedModel:
-    """Load a saved folder into the class it was saved from (``config.architectures``; the bare
-    ``VanillaTransformerModel`` when that names none of ours). ``kwargs`` go to ``from_pretrained``."""
-    config = VanillaTransformerConfig.from_pretrained(folder)
-    classes = (
-        VanillaTransformerModel,
-        VanillaTransformerForConditionalGeneration,
-        VanillaTransformerForCausalLM,
-        VanillaTransformerForSequenceClassification,
-        VanillaTransformerForMaskedLM,
-    )
-    by_name = {model_class.__name__: model_class for model_class in classes}
-    names = [name for name in (config.architectures or []) if name in by_name]
-    model_class = by_name[names[0]] if names else VanillaTransformerModel
-    return model_class.from_pretrained(folder, **kwargs)
-
-
 __all__ = [
-    "load_saved_model",
     "VanillaTransformerPreTrainedModel",
     "VanillaTransformerModel",
     "VanillaTransformerForConditionalGeneration",

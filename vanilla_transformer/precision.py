@@ -1,0 +1,66 @@
+"""Which floating-point format a run computes in: ``mixed_precision: auto | no | bf16``.
+
+bf16 matrix products are several times faster than fp32 where the hardware multiplies bf16 natively:
+on CPUs with AMX (``amx_bf16``) or AVX512-BF16 (``avx512_bf16``, as torch reports them), and on
+CUDA GPUs of compute capability 8.0 (Ampere) or newer. Elsewhere bf16 is emulated and slower than
+fp32, so ``auto`` picks fp32 there. The weights a run saves stay fp32 either way: bf16 is the compute
+format (Accelerate's / the Trainer's autocast), not the storage format.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+MIXED_PRECISION_CHOICES = ("auto", "no", "bf16")
+
+
+def native_bf16(device: torch.device | str | None = None) -> bool:
+    """Whether ``device`` (default: CUDA when available, else the CPU) multiplies bf16 natively."""
+    device = torch.device(device) if device is not None else _default_device()
+    if device.type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.get_device_capability(device) >= (8, 0)
+    if device.type == "cpu":
+        capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+        return bool(capabilities.get("amx_bf16") or capabilities.get("avx512_bf16"))
+    return False
+
+
+def bf16_hardware(device: torch.device | str | None = None) -> str:
+    """A short description of what this device offers for bf16, for logs and model cards."""
+    device = torch.device(device) if device is not None else _default_device()
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"{torch.cuda.get_device_name(device)} (compute capability {major}.{minor})"
+    if device.type == "cpu" and hasattr(torch.cpu, "get_capabilities"):
+        capabilities = torch.cpu.get_capabilities()
+        flags = [name for name in ("amx_bf16", "avx512_bf16") if capabilities.get(name)]
+        return f"{capabilities.get('cpu_name', 'CPU')} ({', '.join(flags) or 'no native bf16'})"
+    return device.type
+
+
+def resolve_mixed_precision(setting: str, device: torch.device | str | None = None) -> str:
+    """``"bf16"`` or ``"no"``: what ``setting`` means on ``device``.
+
+    ``auto`` picks bf16 where the hardware multiplies it natively, fp32 (``"no"``) elsewhere. ``bf16``
+    forced on hardware without it works (emulated) but is slow, and says so with a warning.
+    """
+    if setting not in MIXED_PRECISION_CHOICES:
+        raise ValueError(f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {setting!r}.")
+    if setting == "auto":
+        return "bf16" if native_bf16(device) else "no"
+    if setting == "bf16" and not native_bf16(device):
+        warnings.warn(
+            f"mixed_precision='bf16' on {bf16_hardware(device)}, which has no native bf16 matrix unit: "
+            "bf16 is emulated there and usually slower than fp32. Use 'auto' to pick fp32 on such hardware.",
+            stacklevel=2,
+        )
+    return setting
+
+
+def _default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+__all__ = ["MIXED_PRECISION_CHOICES", "native_bf16", "bf16_hardware", "resolve_mixed_precision"]
