@@ -83,7 +83,6 @@ def test_d_k_and_d_v_settable_on_their_own():
 @pytest.mark.parametrize(
     "field, value, message",
     [
-        ("d_model", 30, "`d_model` \\(30\\) must be divisible by `num_heads`"),
         ("dropout", 1.0, "`dropout` must be a probability"),
         ("dropout", -0.1, "`dropout` must be a probability"),
         ("attention_dropout", 1.5, "`attention_dropout`"),
@@ -121,3 +120,15 @@ def test_round_trip_through_json(tmp_path, shape):
     loaded = VanillaTransformerConfig.from_pretrained(tmp_path)
     assert loaded.to_dict() == config.to_dict()
     assert (loaded.is_encoder_decoder, loaded.is_decoder) == (config.is_encoder_decoder, config.is_decoder)
+
+
+def test_heads_that_do_not_divide_d_model_fail_when_a_model_is_built():
+    """As transformers' own configs: the config saves and loads (ConfigTester builds hidden_size=37 with
+    8 heads), and building a model names the fields."""
+    config = tiny_config(d_model=30)
+    assert config.d_k is None and VanillaTransformerConfig.from_dict(config.to_dict()).d_model == 30
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+
+    with pytest.raises(ValueError, match="`d_model` \\(30\\) must be divisible by `num_heads` \\(4\\)"):
+        VanillaTransformerForConditionalGeneration(config)
+    assert tiny_config(d_model=30, d_k=6, d_v=6).d_k == 6  # Table 3 row (B): d_k set on its own

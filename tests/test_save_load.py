@@ -132,41 +132,65 @@ def test_remote_code_loads_without_the_package(tmp_path, model_class, auto_class
     assert "remote code OK" in result.stdout
 
 
+REMOTE_CODE_FILES = (
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "translation_pipeline.py",
+)
+
+
 def test_remote_code_files_import_only_torch_transformers_and_each_other():
+    """What ``trust_remote_code`` copies must import nothing a downloaded folder lacks: no
+    ``vanilla_transformer.*`` (not even guarded by ``except ImportError``, which would pick up whatever
+    version happens to be installed), only torch, transformers, the standard library and siblings."""
     import ast
+    import sys
     from pathlib import Path
 
     import vanilla_transformer
 
     folder = Path(vanilla_transformer.__file__).parent
-    for name in (
-        "configuration_vanilla_transformer.py",
-        "modeling_vanilla_transformer.py",
-        "translation_pipeline.py",
-    ):
-        tree = ast.parse((folder / name).read_text())
-        # An import guarded by `except ImportError` may name the package: remote code falls back without it.
-        guarded = {
-            id(inner)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Try)
-            and any(isinstance(h.type, ast.Name) and h.type.id == "ImportError" for h in node.handlers)
-            for statement in node.body
-            for inner in ast.walk(statement)
-        }
-        for node in ast.walk(tree):
-            if id(node) in guarded:
-                continue
+    siblings = {Path(name).stem for name in REMOTE_CODE_FILES}
+    for name in REMOTE_CODE_FILES:
+        for node in ast.walk(ast.parse((folder / name).read_text())):
             if isinstance(node, ast.Import):
-                roots = {alias.name.split(".")[0] for alias in node.names}
+                modules = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                roots = {"." if node.level else node.module.split(".")[0]}
+                if node.level:  # relative: must be a sibling remote-code file
+                    assert node.level == 1 and (node.module or "") in siblings, (name, node.module)
+                    continue
+                modules = [node.module]
             else:
                 continue
-            assert roots <= {"torch", "transformers", ".", "__future__", "math", "copy", "collections"}, (
-                name,
-                roots,
-            )
+            for module in modules:
+                root = module.split(".")[0]
+                assert root in {"torch", "transformers"} or root in sys.stdlib_module_names, (name, module)
+
+
+def test_model_constructors_leave_the_config_alone(tmp_path):
+    config = tiny_config()
+    before = config.to_dict()
+    model = VanillaTransformerForConditionalGeneration(config)
+    assert config.to_dict() == before and not getattr(config, "custom_pipelines", None)
+    model.save_pretrained(tmp_path)  # the pipeline is named where the folder is written
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["custom_pipelines"]["translation"]["impl"] == "translation_pipeline.TranslationPipeline"
+    assert (tmp_path / "translation_pipeline.py").is_file()
+    assert not getattr(model.config, "custom_pipelines", None)
+
+
+def test_decoder_only_model_reads_the_shared_embedding_of_a_seq2seq_checkpoint(tmp_path):
+    """§3.4: the seq2seq checkpoint stores the embedding shared by both stacks once (under the encoder);
+    the decoder alone (and its tied output projection) must find it, not start from random weights."""
+    seq2seq = VanillaTransformerForConditionalGeneration(tiny_config())
+    seq2seq.save_pretrained(tmp_path)
+    causal, info = VanillaTransformerForCausalLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"]
+    shared = seq2seq.model.encoder.embed_tokens.weight
+    assert torch.equal(causal.model.decoder.embed_tokens.weight, shared)
+    assert torch.equal(causal.lm_head.weight, shared)
+    layer = "layers.1.self_attn.q_proj.weight"
+    assert torch.equal(causal.model.decoder.get_parameter(layer), seq2seq.model.decoder.get_parameter(layer))
 
 
 @pytest.mark.parametrize("share, tie", [(True, False), (False, True), (False, False)])

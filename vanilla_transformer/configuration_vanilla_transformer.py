@@ -60,7 +60,8 @@ class VanillaTransformerConfig(PretrainedConfig):
         d_ff: inner width of the position-wise feed-forward network (Eq. 2; 2048 in *base*).
         num_heads: number of attention heads ``h`` (§3.2.2; 8 in *base*).
         d_k: width of each head's queries and keys; defaults to ``d_model // num_heads`` (§3.2.2).
-            Settable on its own, as in Table 3 row (B).
+            Settable on its own, as in Table 3 row (B). Left unset when ``num_heads`` does not divide
+            ``d_model``; building a model from such a config raises a ``ValueError`` naming the fields.
         d_v: width of each head's values; defaults to ``d_model // num_heads``.
         num_encoder_layers: ``N`` for the encoder stack (§3.1; 6).
         num_decoder_layers: ``N`` for the decoder stack (§3.1; 6).
@@ -169,16 +170,15 @@ class VanillaTransformerConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}.")
-        if self.d_k is None or self.d_v is None:
-            if self.d_model % self.num_heads != 0:
-                raise ValueError(
-                    f"`d_model` ({self.d_model}) must be divisible by `num_heads` ({self.num_heads}) "
-                    "when `d_k`/`d_v` are not given (§3.2.2 uses d_k = d_v = d_model / h)."
-                )
+        # §3.2.2: d_k = d_v = d_model / h unless given. A width h does not divide leaves them unset: the
+        # config still saves and loads (as transformers' own configs do), and building a model names the
+        # fields (VanillaTransformerAttention).
+        if self.d_model % self.num_heads == 0:
             self.d_k = self.d_model // self.num_heads if self.d_k is None else self.d_k
             self.d_v = self.d_model // self.num_heads if self.d_v is None else self.d_v
-        _require_positive_int("d_k", self.d_k)
-        _require_positive_int("d_v", self.d_v)
+        for name in ("d_k", "d_v"):
+            if getattr(self, name) is not None:
+                _require_positive_int(name, getattr(self, name))
         for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
             _require_probability(name, getattr(self, name))
         if self.classifier_dropout is not None:

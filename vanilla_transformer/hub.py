@@ -19,8 +19,8 @@ from pathlib import Path
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
-from .model_card import write_model_card
 from .loading import load_saved_model
+from .model_card import write_model_card
 
 TASKS = {  # model class -> the pipeline tag its card declares
     "VanillaTransformerForConditionalGeneration": "translation",

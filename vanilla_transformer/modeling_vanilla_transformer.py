@@ -1,8 +1,12 @@
-"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3, top to bottom.
+"""The Transformer of "Attention Is All You Need" (Vaswani et al., 2017), section 3.
 
-Reading order follows the paper: positional encoding (§3.5), embeddings (§3.4), scaled dot-product
-attention (§3.2.1, Eq. 1), multi-head attention (§3.2.2), the feed-forward network (§3.3, Eq. 2),
-encoder and decoder layers (§3.1, §3.2.3, §5.4), the stacks, and the model heads.
+Building blocks come before what is built from them, so the file reads bottom-up through §3:
+positional encoding (§3.5), embeddings (§3.4), scaled dot-product and multi-head attention (§3.2.1,
+Eq. 1; §3.2.2), the position-wise feed-forward network (§3.3, Eq. 2), encoder and decoder layers
+(§3.1, §3.2.3, with §5.4's residual dropout), the two stacks (§3.1), and then the model classes:
+weight initialisation and tying (§3.4), the bare model (Figure 1), the loss (§5.4 label smoothing)
+and the heads with §6.1's decoding defaults. Nothing here is an inference-only speed-up: those live
+in ``vanilla_transformer.inference``, switched on by the user.
 
 Shape legend used in comments:
     B  batch size              T  target / query length        S  source / key length
@@ -14,13 +18,15 @@ Masks: every public ``attention_mask`` is Hugging Face's 2-D ``(B, S)`` padding 
 into the form the selected attention function wants, and hands the same mask to every layer.
 
 This file is copied next to saved checkpoints (remote code): it imports only torch, public
-transformers API and its sibling configuration file.
+transformers API and its siblings (the configuration and the translation pipeline).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
+import os
 from collections.abc import Callable
 
 import torch
@@ -45,6 +51,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import logging
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .translation_pipeline import custom_pipelines_entry
 
 logger = logging.get_logger(__name__)
 
@@ -147,63 +154,6 @@ class VanillaTransformerEmbedding(nn.Embedding):
 
 
 # ------------------------------------------------------------------------------------------------
-# Inference weight layout (not in the paper: a decoding speed-up)
-# ------------------------------------------------------------------------------------------------
-
-
-def _uses_inference_layout(owner: nn.Module, linears: tuple[nn.Module, ...]) -> bool:
-    """Inference (eval mode, no autograd, not being compiled or traced) with plain ``nn.Linear``
-    modules: not LoRA or quantised wrappers, not offloaded by accelerate hooks."""
-    return (
-        not owner.training
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()
-        and not torch.jit.is_tracing()
-        and all(type(linear) is nn.Linear and not hasattr(linear, "_hf_hook") for linear in linears)
-    )
-
-
-def project(hidden_states: torch.Tensor, owner: nn.Module, *linears: nn.Module) -> tuple[torch.Tensor, ...]:
-    """``tuple(linear(hidden_states) for linear in linears)``; at inference, computed as one product.
-
-    Training, autograd and ``torch.compile`` run the ``nn.Linear`` modules themselves (the readable
-    path, and what LoRA or quantisation wrap). At inference the weights are concatenated once and
-    stored transposed, (in, out), on ``owner``: on CPU, a product with one to a few rows (a decoding
-    step) reads a weight laid out (in, out) up to 2x faster than the (out, in) ``nn.Linear`` layout
-    when out > in (measured with MKL, one row, weights not in cache: the 8000x256 output projection
-    1.14 -> 0.51 ms; Q, K, V as three 256x256 products 0.14 ms -> one fused 256x768 product 0.07 ms),
-    and one product instead of three saves two calls per layer. Callers use it where
-    out > in: the fused Q/K/V of self-attention, W_1 of the feed-forward network and the output
-    projection. The copy is rebuilt whenever a source parameter changes (its version counter or
-    storage: optimizer steps, ``load_state_dict``, ``.to()``) and dropped in training mode; it costs
-    memory equal to those weights while the model is in eval mode.
-    """
-    if not _uses_inference_layout(owner, linears):
-        owner.__dict__.pop("_inference_layout", None)
-        return tuple(linear(hidden_states) for linear in linears)
-    parameters = [p for linear in linears for p in (linear.weight, linear.bias) if p is not None]
-    state = [(id(p), p.data_ptr(), p._version, p.dtype, p.device) for p in parameters]
-    cached = owner.__dict__.get("_inference_layout")
-    if cached is None or cached[0] != state:
-        weight = torch.cat([linear.weight for linear in linears]).t().contiguous()  # (in, sum of outs)
-        bias = None
-        if any(linear.bias is not None for linear in linears):
-            bias = torch.cat(
-                [
-                    linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
-                    for linear in linears
-                ]
-            )
-        cached = (state, weight, bias, parameters)  # the parameters: so that their ids stay theirs
-        owner.__dict__["_inference_layout"] = cached
-    _, weight, bias, _ = cached
-    rows = hidden_states.reshape(-1, hidden_states.shape[-1])  # (B*T, in)
-    output = rows @ weight if bias is None else torch.addmm(bias, rows, weight)  # (B*T, sum of outs)
-    output = output.view(*hidden_states.shape[:-1], -1)
-    return output.split([linear.out_features for linear in linears], dim=-1)
-
-
-# ------------------------------------------------------------------------------------------------
 # §3.2 Attention
 # ------------------------------------------------------------------------------------------------
 
@@ -263,6 +213,11 @@ class VanillaTransformerAttention(nn.Module):
         layer_idx: int | None = None,
     ):
         super().__init__()
+        if config.d_k is None or config.d_v is None:
+            raise ValueError(
+                f"`d_model` ({config.d_model}) must be divisible by `num_heads` ({config.num_heads}) when "
+                "`d_k`/`d_v` are not given (§3.2.2 uses d_k = d_v = d_model / h)."
+            )
         self.config = config
         self.num_heads = config.num_heads
         self.d_k = config.d_k
@@ -291,13 +246,7 @@ class VanillaTransformerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states: (B, T, D) queries; key_value_states: (B, S, D) encoder output for
         cross-attention, else None. Returns (B, T, D) and the (B, H, T, S) probabilities or None."""
-        if self.is_cross_attention:  # K, V come from the encoder output below
-            query = self.q_proj(hidden_states)  # D -> D: no faster in another layout
-        else:  # Q, K and V are projections of the same states: one product at inference
-            query, projected_key, projected_value = project(
-                hidden_states, self, self.q_proj, self.k_proj, self.v_proj
-            )
-        query = self._split_heads(query, self.d_k)  # (B, H, T, Dk)
+        query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (B, H, T, Dk)
 
         cache = past_key_values
         if isinstance(past_key_values, EncoderDecoderCache):
@@ -312,10 +261,10 @@ class VanillaTransformerAttention(nn.Module):
             key = cache.layers[self.layer_idx].keys  # (B, H, S, Dk)
             value = cache.layers[self.layer_idx].values  # (B, H, S, Dv)
         else:
-            if self.is_cross_attention:
-                projected_key, projected_value = self.k_proj(key_value_states), self.v_proj(key_value_states)
-            key = self._split_heads(projected_key, self.d_k)  # (B, H, S, Dk)
-            value = self._split_heads(projected_value, self.d_v)  # (B, H, S, Dv)
+            # Self-attention: keys and values from the same states; cross-attention: from the encoder output.
+            source = key_value_states if self.is_cross_attention else hidden_states
+            key = self._split_heads(self.k_proj(source), self.d_k)  # (B, H, S, Dk)
+            value = self._split_heads(self.v_proj(source), self.d_v)  # (B, H, S, Dv)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)  # self-attn: (B, H, P+T, d)
                 if self.is_cross_attention:
@@ -358,8 +307,8 @@ class VanillaTransformerFeedForward(nn.Module):
         self.activation_dropout = config.activation_dropout
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        (hidden_states,) = project(hidden_states, self, self.fc1)
-        hidden_states = self.activation(hidden_states)  # (B, T, F)
+        hidden_states = self.fc1(hidden_states)  # (B, T, F)
+        hidden_states = self.activation(hidden_states)
         hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
         return self.fc2(hidden_states)  # (B, T, D)
 
@@ -741,20 +690,6 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             return super().get_expanded_tied_weights_keys(all_submodels=True)
         return self._paper_tied_weights()
 
-    def push_to_hub(self, repo_id: str, *, tokenizer=None, **kwargs):
-        """transformers' ``push_to_hub`` (same arguments, plus ``tokenizer`` to send it in the same
-        commit), except that the ``README.md`` that goes up is this model's card: the filled card of
-        the run it was loaded from, else one written now. transformers' own version replaces it with
-        a generic card; that is what runs where only this remote code is installed."""
-        try:
-            from vanilla_transformer.hub import push_model
-        except ImportError:  # loaded with trust_remote_code, without the package
-            commit = super().push_to_hub(repo_id, **kwargs)
-            if tokenizer is not None:
-                tokenizer.push_to_hub(repo_id, token=kwargs.get("token"), revision=kwargs.get("revision"))
-            return commit
-        return push_model(self, repo_id, tokenizer=tokenizer, **kwargs)
-
 
 def _variant_config(config: VanillaTransformerConfig, is_decoder: bool, model_name: str):
     """The config of a one-stack model; a seq2seq config is copied (never mutated) and switched."""
@@ -979,12 +914,21 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.post_init()
         self.generation_config = paper_generation_config(config)
-        # The translation pipeline travels with the weights (save_pretrained copies the file this
-        # import names), so `pipeline("translation", model=folder, trust_remote_code=True)` works.
-        from .translation_pipeline import custom_pipelines_entry
 
-        if not getattr(config, "custom_pipelines", None):
-            config.custom_pipelines = custom_pipelines_entry()
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """transformers' ``save_pretrained``; the saved ``config.json`` also names the translation
+        pipeline (``custom_pipelines``), whose file travels with the model code, so
+        ``pipeline("translation", model=folder, trust_remote_code=True)`` works on the folder. The
+        in-memory config is left as it is."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        path = os.path.join(save_directory, "config.json")
+        if os.path.isfile(path):  # not on the non-main processes of a distributed save
+            with open(path, encoding="utf-8") as file:
+                saved = json.load(file)
+            if not saved.get("custom_pipelines"):
+                saved["custom_pipelines"] = custom_pipelines_entry()
+                with open(path, "w", encoding="utf-8") as file:
+                    file.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
     def _paper_tied_weights(self) -> dict[str, str]:
         if not self.config.tie_word_embeddings:
@@ -1076,8 +1020,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         hidden_states = outputs.last_hidden_state
         if logits_to_keep:
             hidden_states = hidden_states[:, -logits_to_keep:]
-        # (B, T, V): the pre-softmax linear transformation
-        (logits,) = project(hidden_states, self, self.lm_head)
+        logits = self.lm_head(hidden_states)  # (B, T, V): the pre-softmax linear transformation (§3.4)
         loss = None
         if labels is not None:
             loss = label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
@@ -1093,6 +1036,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_attentions=outputs.encoder_attentions,
         )
         return output if return_dict else output.to_tuple()
+
+
+# Where an encoder-decoder checkpoint stores the embedding its two stacks share (§3.4), and where the
+# decoder alone reads it: {checkpoint key pattern: parameter name}, bare model and head model.
+SHARED_EMBEDDING_IN_SEQ2SEQ = {
+    r"^encoder\.embed_tokens\.weight$": "decoder.embed_tokens.weight",
+    r"^model\.encoder\.embed_tokens\.weight$": "model.decoder.embed_tokens.weight",
+}
 
 
 class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, GenerationMixin):
@@ -1113,6 +1064,14 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         return (
             {"lm_head.weight": "model.decoder.embed_tokens.weight"} if self.config.tie_word_embeddings else {}
         )
+
+    @classmethod
+    def from_pretrained(cls, *args, key_mapping: dict[str, str] | None = None, **kwargs):
+        """``PreTrainedModel.from_pretrained``; from an encoder-decoder checkpoint, the decoder alone also
+        finds its embedding: §3.4 shares one matrix between the stacks and the checkpoint stores it once,
+        under the encoder's name. A checkpoint that stores the decoder's own embedding keeps it."""
+        key_mapping = {**SHARED_EMBEDDING_IN_SEQ2SEQ, **(key_mapping or {})}
+        return super().from_pretrained(*args, key_mapping=key_mapping, **kwargs)
 
     def get_decoder(self):
         return self.model.decoder
@@ -1158,7 +1117,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         hidden_states = outputs.last_hidden_state
         if logits_to_keep:
             hidden_states = hidden_states[:, -logits_to_keep:]
-        (logits,) = project(hidden_states, self, self.lm_head)  # (B, T, V)
+        logits = self.lm_head(hidden_states)  # (B, T, V)
         loss = None
         if shift_labels is not None:
             loss = label_smoothed_nll_loss(

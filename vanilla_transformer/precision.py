@@ -47,7 +47,9 @@ def resolve_mixed_precision(setting: str, device: torch.device | str | None = No
     forced on hardware without it works (emulated) but is slow, and says so with a warning.
     """
     if setting not in MIXED_PRECISION_CHOICES:
-        raise ValueError(f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {setting!r}.")
+        raise ValueError(
+            f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {setting!r}."
+        )
     if setting == "auto":
         return "bf16" if native_bf16(device) else "no"
     if setting == "bf16" and not native_bf16(device):
