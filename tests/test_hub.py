@@ -17,6 +17,7 @@ from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
+from vanilla_transformer.hub import push_model
 from vanilla_transformer.model_card import Result, write_model_card
 
 SENTENCES = ["a wonderful film", "great acting"]
@@ -120,9 +121,9 @@ def test_push_refuses_an_incomplete_folder_before_sending_anything(hub, trained_
     assert hub.commits == []
 
 
-def test_model_push_to_hub_keeps_the_runs_card_and_sends_the_tokenizer(hub, trained_folder, tokenizer):
+def test_push_model_keeps_the_runs_card_and_sends_the_tokenizer(hub, trained_folder, tokenizer):
     model = AutoModelForSeq2SeqLM.from_pretrained(trained_folder)
-    commit = model.push_to_hub("someone/tiny", tokenizer=tokenizer, tags=["toy"])
+    commit = push_model(model, "someone/tiny", tokenizer=tokenizer, tags=["toy"])
     assert commit.commit_url.startswith("https://huggingface.co/someone/tiny/commit/")
     assert len(hub.commits) == 1
     pushed = hub.folder("someone/tiny")
@@ -137,13 +138,30 @@ def test_model_push_to_hub_keeps_the_runs_card_and_sends_the_tokenizer(hub, trai
     )
 
 
-def test_push_to_hub_of_an_in_memory_model_writes_a_card(hub):
+def test_push_model_of_an_in_memory_model_writes_a_card(hub):
     model = VanillaTransformerForConditionalGeneration(tiny_config())
-    model.push_to_hub("someone/untrained")
+    push_model(model, "someone/untrained")
     card = ModelCard.load(hub.folder("someone/untrained") / "README.md")
     assert card.data.pipeline_tag == "translation" and card.data.library_name == "transformers"
     assert "no evaluation results" in card.text
     assert "automatically generated" not in card.text  # transformers' generic card did not replace ours
+
+
+def test_transformers_push_to_hub_sends_complete_remote_code(hub, monkeypatch):
+    """``model.push_to_hub`` is transformers' own (its generic card): the folder it sends still carries
+    the model code and the translation pipeline that ``trust_remote_code`` users need."""
+    import transformers.utils.hub as transformers_hub
+    from huggingface_hub import ModelCard as Card
+
+    monkeypatch.setattr(transformers_hub, "create_and_tag_model_card", lambda *a, **k: Card("generic"))
+    model = VanillaTransformerForConditionalGeneration(tiny_config())
+    model.push_to_hub("someone/plain")
+    pushed = hub.folder("someone/plain")
+    names = {path.name for path in pushed.iterdir()}
+    assert {"modeling_vanilla_transformer.py", "configuration_vanilla_transformer.py"} <= names
+    assert "translation_pipeline.py" in names
+    config = json.loads((pushed / "config.json").read_text())
+    assert config["custom_pipelines"]["translation"]["impl"] == "translation_pipeline.TranslationPipeline"
 
 
 def fresh_virtualenv() -> Path:

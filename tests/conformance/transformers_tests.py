@@ -1,11 +1,14 @@
 """Fetch transformers' own common model tests for the installed version, to run them on our models.
 
-``ModelTesterMixin`` lives in ``tests/test_modeling_common.py`` of the transformers source distribution
-on PyPI, not in the wheel. We download that sdist once (``pip download``, cached under
-``<repo>/.cache/transformers-src/<version>/``, or ``$VT_TRANSFORMERS_TESTS_DIR``), extract the one file
-into a package named ``hf_tests`` (so it cannot clash with our own ``tests/``), and add empty stand-ins
-for the two modules the archive does not ship (``exporters.test_export`` and ``generation.test_utils``:
-the export and generation mixins, which ``ModelTesterMixin`` only inherits from or re-exports).
+``ModelTesterMixin`` lives in ``tests/test_modeling_common.py`` and ``ConfigTester`` in
+``tests/test_configuration_common.py`` of the transformers source distribution on PyPI, not in the
+wheel. We download that sdist once (``pip download``, cached under
+``<repo>/.cache/transformers-src/<version>/``, or ``$VT_TRANSFORMERS_TESTS_DIR``), extract the two files
+into a package named ``hf_tests`` (so it cannot clash with our own ``tests/``), and add stand-ins for the
+modules the archive does not ship: the export and generation mixins (``exporters.test_export``,
+``generation.test_utils``), which ``ModelTesterMixin`` only inherits from or re-exports, and
+``utils.test_configuration_utils.config_common_kwargs`` (non-default values of ``PretrainedConfig``'s
+common fields, written here).
 Extraction goes to a temporary folder renamed into place, so an interrupted run leaves no half cache.
 Nothing of transformers' code is committed to this repository.
 """
@@ -22,9 +25,30 @@ from pathlib import Path
 
 import transformers
 
+SOURCES = ("test_modeling_common.py", "test_configuration_common.py")
+# Non-default values for PretrainedConfig's common fields, for ConfigTester.check_config_arguments_init.
+COMMON_KWARGS = {
+    "return_dict": False,
+    "output_hidden_states": True,
+    "output_attentions": True,
+    "dtype": "float16",
+    "tie_word_embeddings": False,
+    "chunk_size_feed_forward": 5,
+    "architectures": ["BertModel"],
+    "id2label": {0: "label"},
+    "label2id": {"label": "0"},
+    "problem_type": "regression",
+    "bos_token_id": 6,
+    "pad_token_id": 7,
+    "eos_token_id": 8,
+    "sep_token_id": 9,
+    "decoder_start_token_id": 10,
+    "task_specific_params": {"translation": "some_params"},
+}
 STANDINS = {
     "exporters/test_export.py": "class ExportTesterMixin:\n    pass\n",
     "generation/test_utils.py": "class GenerationTesterMixin:\n    pass\n",
+    "utils/test_configuration_utils.py": f"config_common_kwargs = {COMMON_KWARGS!r}\n",
 }
 
 
@@ -35,7 +59,7 @@ def ensure_transformers_tests() -> Path | None:
         os.environ.get("VT_TRANSFORMERS_TESTS_DIR")
         or Path(__file__).resolve().parents[2] / ".cache" / "transformers-src" / version
     )
-    if (root / "hf_tests" / "test_modeling_common.py").is_file():
+    if all((root / "hf_tests" / name).is_file() for name in (*SOURCES, *STANDINS)):
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root.parent) as scratch:
@@ -61,14 +85,13 @@ def ensure_transformers_tests() -> Path | None:
             return None
         staging = Path(scratch) / "staging"
         package = staging / "hf_tests"
-        (package / "exporters").mkdir(parents=True)
-        (package / "generation").mkdir(parents=True)
+        for subpackage in ("", "exporters", "generation", "utils"):
+            (package / subpackage).mkdir(parents=True, exist_ok=True)
+            (package / subpackage / "__init__.py").write_text("")
         with tarfile.open(archives[0]) as archive:
-            member = archive.getmember(f"transformers-{version}/tests/test_modeling_common.py")
-            source = archive.extractfile(member).read()
-        (package / "test_modeling_common.py").write_bytes(source)
-        for name in ("__init__.py", "exporters/__init__.py", "generation/__init__.py"):
-            (package / name).write_text("")
+            for name in SOURCES:
+                member = archive.getmember(f"transformers-{version}/tests/{name}")
+                (package / name).write_bytes(archive.extractfile(member).read())
         for name, text in STANDINS.items():
             (package / name).write_text(text)
         if root.exists():
