@@ -470,3 +470,41 @@ def test_int8_and_bf16_inference_stay_close_to_fp32(make):
         assert (approximate.argmax(-1) == reference.argmax(-1)).float().mean() > 0.75
     with pytest.raises(ValueError, match="`quantize` must be one of"):
         prepare_for_inference(model, quantize="int4")
+
+
+# -- bf16 ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("implementation", ["sdpa", "eager"])
+def test_bf16_with_a_row_that_is_all_padding_stays_finite_and_matches_fp32(implementation):
+    """bf16 weights and bf16 autocast (what ``mixed_precision: bf16`` runs) through both attention paths,
+    with one row that is all padding (where fully masked softmax rows give NaN if the mask uses -inf):
+    every output and gradient is finite, and the real rows agree with fp32."""
+    model = seq2seq()
+    model.set_attn_implementation(implementation)
+    ids = random_ids(3, 6)
+    mask = torch.ones_like(ids)
+    mask[1] = 0  # nothing to attend to
+    mask[2, 3:] = 0
+    inputs = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids, decoder_attention_mask=mask)
+    with torch.no_grad():
+        reference = model(**inputs).logits
+        halved = copy_in(model, torch.bfloat16)(**inputs).logits.float()
+    assert torch.isfinite(halved).all()
+    scale = reference.abs().max()
+    real = mask.bool()
+    assert (halved - reference)[real].abs().max() < 0.05 * scale
+
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(**inputs, labels=ids.masked_fill(mask == 0, -100)).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert model.lm_head.weight.dtype == torch.float32  # autocast computes in bf16, weights stay fp32
+
+
+def copy_in(model, dtype):
+    import copy
+
+    return copy.deepcopy(model).to(dtype)
