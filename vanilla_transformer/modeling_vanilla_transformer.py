@@ -48,7 +48,7 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import logging
+from transformers.utils import can_return_tuple, logging
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .translation_pipeline import custom_pipelines_entry
@@ -482,7 +482,7 @@ class VanillaTransformerEncoder(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = False,
         output_hidden_states: bool | None = False,
-        return_dict: bool = True,
+        return_dict: bool = True,  # generate() calls the encoder with it
     ) -> BaseModelOutput | tuple:
         """Source ids (B, S) and 2-D padding mask -> final encoder states (B, S, D), "the memory"."""
         output_attentions, output_hidden_states = bool(output_attentions), bool(output_hidden_states)
@@ -752,6 +752,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     def get_decoder(self):
         return self.decoder
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -766,7 +767,6 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput | BaseModelOutput | BaseModelOutputWithPastAndCrossAttentions | tuple:
         """Encoder-decoder: source ``input_ids`` (B, S) and target ``decoder_input_ids`` (B, T).
@@ -775,17 +775,15 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        return_dict = self.config.return_dict if return_dict is None else return_dict
 
         if self.decoder is None:  # encoder only (BERT-style)
-            outputs = self.encoder(
+            return self.encoder(
                 input_ids, attention_mask, inputs_embeds, output_attentions, output_hidden_states
             )
-            return outputs if return_dict else outputs.to_tuple()
 
         use_cache = (self.config.use_cache and not self.training) if use_cache is None else use_cache
         if self.encoder is None:  # decoder only (GPT-style)
-            outputs = self.decoder(
+            return self.decoder(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 past_key_values=past_key_values,
@@ -795,7 +793,6 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
             )
-            return outputs if return_dict else outputs.to_tuple()
 
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -829,7 +826,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
-        return outputs if return_dict else outputs.to_tuple()
+        return outputs
 
 
 # ------------------------------------------------------------------------------------------------
@@ -977,6 +974,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             kwargs["max_new_tokens"] = length + offset
         return super().generate(inputs, generation_config=generation_config, **kwargs)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -991,14 +989,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         logits_to_keep: int = 0,
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
         """``labels`` (B, T): target ids, -100 where ignored; shifted right into ``decoder_input_ids``
         when those are not given. The loss is label-smoothed with ``config.label_smoothing``."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -1015,7 +1011,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            return_dict=True,
         )
         hidden_states = outputs.last_hidden_state
         if logits_to_keep:
@@ -1035,7 +1030,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
-        return output if return_dict else output.to_tuple()
+        return output
 
 
 # Where an encoder-decoder checkpoint stores the embedding its two stacks share (§3.4), and where the
@@ -1082,6 +1077,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1093,7 +1089,6 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         logits_to_keep: int = 0,
         num_items_in_batch: int | torch.Tensor | None = None,
         shift_labels: torch.LongTensor | None = None,
@@ -1102,7 +1097,6 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         """``labels`` (B, T) are the inputs themselves, shifted inside (as in GPT-2); -100 is ignored.
         ``shift_labels`` (B, T) are targets already aligned with the logits, as sequence-parallel
         trainers pass them (the shift must happen before the sequence is split); they win over ``labels``."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -1112,7 +1106,6 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            return_dict=True,
         )
         hidden_states = outputs.last_hidden_state
         if logits_to_keep:
@@ -1134,7 +1127,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
-        return output if return_dict else output.to_tuple()
+        return output
 
 
 class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
@@ -1167,6 +1160,7 @@ class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
     def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
         self.lm_head = new_embeddings
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1175,19 +1169,16 @@ class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
         """``labels`` (B, S): the original ids at masked positions, -100 elsewhere. With
         ``config.sparse_prediction`` and labels, ``logits`` holds only the masked positions (masked, V)."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            return_dict=True,
         )
         hidden_states = outputs.last_hidden_state
         if labels is not None and self.config.sparse_prediction:
@@ -1203,7 +1194,7 @@ class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
         output = MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict else output.to_tuple()
+        return output
 
 
 class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
@@ -1233,6 +1224,7 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)  # (B, S, 1)
         return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1241,19 +1233,16 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
     ) -> SequenceClassifierOutput | tuple:
         """``labels``: (B,) class ids, (B, num_labels) multi-hot floats, or (B,)/(B, num_labels) targets
         for regression."""
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
-            return_dict=True,
         )
         pooled = self.pool(outputs.last_hidden_state, attention_mask)  # (B, D)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
@@ -1261,7 +1250,7 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         output = SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-        return output if return_dict else output.to_tuple()
+        return output
 
     def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         problem_type = self.config.problem_type
