@@ -6,7 +6,6 @@ import json
 import random
 import subprocess
 import sys
-from argparse import Namespace
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,20 @@ from huggingface_hub import ModelCard
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling, pipeline
 
 from vanilla_transformer import VanillaTransformerForMaskedLM, VanillaTransformerForSequenceClassification
-from vanilla_transformer.cli import _classification_arguments
 from vanilla_transformer.tokenization import MASK_TOKEN, train_bpe_tokenizer
 from vanilla_transformer.train.classification import (
     classification_metrics,
     clean_text,
     encode_head_tail,
+    load_classification_arguments,
 )
-from vanilla_transformer.train.classify import evaluate_classifier, pretrain_mlm, train_classifier
+from vanilla_transformer.train.classify import (
+    evaluate_classifier,
+    model_config,
+    pretrain_mlm,
+    train_classifier,
+)
+from vanilla_transformer.train.recipes import parse_overrides
 
 POSITIVE = [
     "a wonderful film",
@@ -60,10 +65,7 @@ def settings(tmp_path, **extra) -> list[str]:
         test_file=str(write_reviews(tmp_path / "test.jsonl.gz", 60, 1)),
         vocab_size=300,
         max_length=32,
-        d_model=32,
-        d_ff=64,
-        num_layers=2,
-        dropout=0.0,
+        mixed_precision="no",  # fp32 unless a test says otherwise
         run_dir=str(tmp_path / "run"),
         num_train_epochs=4,
         per_device_train_batch_size=16,
@@ -74,6 +76,7 @@ def settings(tmp_path, **extra) -> list[str]:
         eval_strategy="no",
         logging_steps=1000,
     )
+    values.update({f"model.{key}": value for key, value in TINY_ENCODER.items()})
     values.update(extra)
     return [
         f"{key}={value if not isinstance(value, list) else json.dumps(value)}"
@@ -81,28 +84,62 @@ def settings(tmp_path, **extra) -> list[str]:
     ]
 
 
-def arguments(tmp_path, stage="train", **extra):
-    return _classification_arguments(Namespace(recipe=None, set=settings(tmp_path, **extra)), stage)
+TINY_ENCODER = dict(d_model=32, d_ff=64, num_encoder_layers=2, dropout=0.0)
+CONFIGS = Path(__file__).parent.parent / "training" / "configs"
 
 
-@pytest.mark.parametrize(
-    "recipe", sorted((Path(__file__).parent.parent / "training" / "configs").glob("imdb_*.yaml")), ids=str
-)
-def test_committed_recipes_parse(recipe):
+def arguments(tmp_path, stage="train", recipe=None, **extra):
+    """The parsed dataclasses, as ``--set key=value`` gives them (``model.<field>`` keys edit the encoder)."""
+    return load_classification_arguments(recipe, parse_overrides(settings(tmp_path, **extra)), stage)
+
+
+@pytest.mark.parametrize("recipe", sorted(CONFIGS.glob("imdb_*.yaml")), ids=str)
+def test_committed_recipes_parse(recipe, tokenizer):
     """Every setting of a shipped recipe is one the classifier or transformers' Trainer knows."""
-    args, training = _classification_arguments(Namespace(recipe=str(recipe), set=[]), "train")
+    args, training = load_classification_arguments(str(recipe), {}, "train")
     assert args.run_dir.startswith("runs/") and training.output_dir.startswith(args.run_dir)
     assert 0 < training.warmup_steps < 1  # a ratio of the updates, as transformers 5 spells it
+    assert args.mixed_precision == "auto"
+    config = model_config(args, tokenizer)
+    assert (config.d_model, config.num_decoder_layers, config.is_encoder_decoder) == (256, 0, False)
 
 
 def test_model_settings_reach_the_config(tmp_path, tokenizer):
-    from vanilla_transformer.train.classify import model_config
-
-    args, _ = arguments(tmp_path, norm_position="pre", num_layers=3)
+    args, _ = arguments(tmp_path, **{"model.norm_position": "pre", "model.num_encoder_layers": 3})
     config = model_config(args, tokenizer)
     assert (config.norm_position, config.num_encoder_layers, config.num_decoder_layers) == ("pre", 3, 0)
+    assert (config.d_model, config.d_ff, config.num_heads, config.max_position_embeddings) == (32, 64, 4, 32)
     with pytest.raises(ValueError, match="norm_position"):
-        model_config(arguments(tmp_path, norm_position="middle")[0], tokenizer)
+        model_config(arguments(tmp_path, **{"model.norm_position": "middle"})[0], tokenizer)
+
+
+def test_recipe_model_block_is_checked_with_the_file_named(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("run_dir: runs/x\nmodel:\n  d_model: 64\n  num_layers: 2\n")
+    with pytest.raises(
+        ValueError, match=r"recipe.yaml: Unknown model setting\(s\): model\.num_layers\. .*num_encoder_layers"
+    ):
+        load_classification_arguments(str(recipe), {}, "train")
+    recipe.write_text("run_dir: runs/x\nd_model: 64\n")  # model settings live only in the model block
+    with pytest.raises(
+        ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: d_model\. Known settings: .*model"
+    ):
+        load_classification_arguments(str(recipe), {}, "train")
+    recipe.write_text("run_dir: runs/x\nbf16: true\n")  # precision is mixed_precision's
+    with pytest.raises(ValueError, match=r"recipe.yaml: set `mixed_precision` .*not `bf16`"):
+        load_classification_arguments(str(recipe), {}, "train")
+    recipe.write_text("run_dir: runs/x\nmodel:\n  d_model: 64\n")
+    args, _ = load_classification_arguments(str(recipe), {"model.dropout": 0.2}, "train")
+    assert args.model == {"d_model": 64, "dropout": 0.2}  # the recipe's block, edited by --set
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["no-native-bf16", "native-bf16"])
+def test_auto_precision_becomes_the_trainers_bf16(tmp_path, monkeypatch, native):
+    monkeypatch.setattr("vanilla_transformer.precision.native_bf16", lambda device=None: native)
+    args, training = arguments(tmp_path, mixed_precision="auto")
+    assert args.mixed_precision == "auto" and training.bf16 is native
+    _, training = arguments(tmp_path, mixed_precision="no")
+    assert training.bf16 is False
 
 
 def test_clean_text_keeps_language_and_case():
@@ -131,6 +168,8 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     args, training = arguments(tmp_path)
     results = train_classifier(args, training)
     assert results["test"]["accuracy"] > 0.8  # trivially separable toy data; chance is 0.5
+    recorded = json.loads((Path(args.run_dir) / "results.json").read_text())["mixed_precision"]
+    assert recorded["setting"] == "no" and recorded["used"] == "no" and recorded["hardware"]
     folder = Path(args.run_dir) / "model"
     assert (folder / "confusion_matrix.png").stat().st_size > 1000
     model = VanillaTransformerForSequenceClassification.from_pretrained(folder)
@@ -141,6 +180,7 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     ]
     assert accuracy[0].metric_value == pytest.approx(100 * results["test"]["accuracy"], abs=1e-3)
     assert card.data.pipeline_tag == "text-classification"
+    assert "| precision | fp32 (mixed_precision: no;" in card.text
     classify = pipeline("text-classification", model=str(folder))
     assert classify("정말 재미있는 영화")[0]["label"] in {"NEGATIVE", "POSITIVE"}
     assert classify(["loved every minute . great acting"])[0]["label"] == "POSITIVE"
@@ -247,7 +287,9 @@ def test_bad_input_is_named(tmp_path):
         handle.write(json.dumps({"text": "fine"}) + "\n")
     with pytest.raises(ValueError, match=r"nolabel.jsonl.gz: column 'label' is missing"):
         train_classifier(*arguments(tmp_path, train_file=str(nolabel)))
-    with pytest.raises(ValueError, match=r"Bad setting.*learning_rat"):
+    with pytest.raises(
+        ValueError, match=r"Unknown setting\(s\) in --set: learning_rat\. Known settings: .*learning_rate"
+    ):
         arguments(tmp_path, learning_rat=0.1)
 
 

@@ -6,14 +6,17 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from safetensors import safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
-from vanilla_transformer.train.arguments import load_arguments
+from vanilla_transformer.train.arguments import SYNTHETIC_MODEL, load_arguments
 from vanilla_transformer.train.batching import TokenBudgetBatchSampler
 from vanilla_transformer.train.checkpoints import (
     STATE_FILE,
@@ -22,19 +25,19 @@ from vanilla_transformer.train.checkpoints import (
     latest_checkpoint,
     spaced_checkpoints,
 )
-from vanilla_transformer.train.loop import train
+from vanilla_transformer.train.loop import build_model_config, train
+from vanilla_transformer.train.recipes import parse_overrides
 from vanilla_transformer.train.schedule import transformer_learning_rate, transformer_lr_scheduler
 from vanilla_transformer.train.synthetic import german_number, synthetic_pairs
 
+CONFIGS = Path(__file__).parent.parent / "training" / "configs"
+TINY_MODEL = dict(d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1)
 TINY_RUN = dict(
     synthetic_train_size=400,
     synthetic_eval_size=8,
     vocab_size=400,
-    d_model=32,
-    d_ff=64,
-    num_heads=4,
-    num_encoder_layers=1,
-    num_decoder_layers=1,
+    model=TINY_MODEL,
+    mixed_precision="no",  # fp32 unless a test says otherwise (tests/test_training.py::test_bf16_*)
     max_tokens=300,
     warmup_steps=4,
     lr_scale=1.0,
@@ -46,8 +49,10 @@ TINY_RUN = dict(
 )
 
 
-def run(tmp_path, name, **settings):
-    args = load_arguments(None, {**TINY_RUN, "output_dir": str(tmp_path / name), **settings})
+def run(tmp_path, name, model=None, **settings):
+    """A tiny run; ``model`` edits fields of the tiny model block."""
+    model_fields = {f"model.{key}": value for key, value in (model or {}).items()}
+    args = load_arguments(None, {**TINY_RUN, "output_dir": str(tmp_path / name), **settings, **model_fields})
     return train(args), tmp_path / name
 
 
@@ -189,10 +194,11 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
 
 
 def test_resume_reproduces_the_uninterrupted_run(tmp_path):
-    _, straight = run(tmp_path, "straight", max_steps=6, save_every=3, dropout=0.1)
-    _, interrupted = run(tmp_path, "interrupted", max_steps=3, save_every=3, dropout=0.1)
+    dropout = {"dropout": 0.1}
+    _, straight = run(tmp_path, "straight", max_steps=6, save_every=3, model=dropout)
+    _, interrupted = run(tmp_path, "interrupted", max_steps=3, save_every=3, model=dropout)
     (interrupted / "checkpoints" / ".tmp-step-00000004").mkdir()  # a crash mid-write leaves this behind
-    _, resumed = run(tmp_path, "interrupted", max_steps=6, save_every=3, dropout=0.1, resume=True)
+    _, resumed = run(tmp_path, "interrupted", max_steps=6, save_every=3, model=dropout, resume=True)
     expected, got = logged_losses(straight), logged_losses(resumed)
     assert [got[s] for s in (4, 5, 6)] == pytest.approx([expected[s] for s in (4, 5, 6)], abs=1e-6)
     assert [p.name for p in checkpoint_dirs(resumed / "checkpoints")] == ["step-00000003", "step-00000006"]
@@ -245,9 +251,20 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     """DDP averages the gradients of two processes that each take one batch; one process accumulating
     the same two batches with each loss halved computes the same mean gradient. Tolerance: the sums run
     in a different order (fp32, ~1e-7 relative), and three Adam updates of lr ~1e-3 keep the parameters
-    within 1e-5 of each other."""
-    settings = {**TINY_RUN, "max_steps": 3, "save_every": 3, "dropout": 0.0, "eval_bleu_samples": 1}
-    overrides = [f"--set={key}={value}" for key, value in settings.items()]
+    within 1e-5 of each other.
+
+    The validation split has 3 batches: on two processes the second repeats the first batch (Accelerate's
+    even_batches), which must not count twice in the validation loss."""
+    settings = {
+        **TINY_RUN,
+        "max_steps": 3,
+        "save_every": 3,
+        "eval_bleu_samples": 1,
+        "synthetic_eval_size": 24,
+    }
+    model = {**TINY_MODEL, "dropout": 0.0}
+    overrides = [f"--set={key}={value}" for key, value in settings.items() if key != "model"]
+    overrides += [f"--set=model.{key}={value}" for key, value in model.items()]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "vanilla_transformer.cli", "train", *overrides]
     one = subprocess.run(
@@ -294,6 +311,10 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     assert moved == 0  # the last checkpoint is the final model
     for name in a:
         torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
+    one_results, two_results = (
+        json.loads((tmp_path / run / "results.json").read_text()) for run in ("one", "two")
+    )
+    assert one_results["history"][-1]["loss"] == pytest.approx(two_results["history"][-1]["loss"], rel=1e-5)
 
 
 # -- bad input ------------------------------------------------------------------------------------------------
@@ -333,21 +354,109 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
 
 def test_unknown_recipe_key_names_the_key_and_file(tmp_path):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("d_model: 64\nlearning_rat: 0.1\n")
-    with pytest.raises(ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: learning_rat"):
+    recipe.write_text("model:\n  d_model: 64\nlearning_rat: 0.1\n")
+    with pytest.raises(
+        ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: learning_rat\. Known settings: .*max_steps"
+    ):
+        load_arguments(str(recipe))
+    recipe.write_text("d_model: 64\n")  # model settings live only in the model block
+    with pytest.raises(
+        ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: d_model\. Known settings: .*model"
+    ):
         load_arguments(str(recipe))
 
 
-def test_committed_recipes_parse():
-    from pathlib import Path
+def test_unknown_model_field_names_the_key_and_file(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model:\n  d_model: 64\n  d_modle: 32\n")
+    with pytest.raises(
+        ValueError, match=r"recipe.yaml: Unknown model setting\(s\): model\.d_modle\. .*d_model"
+    ):
+        load_arguments(str(recipe))
+    recipe.write_text("model:\n  vocab_size: 64\n")  # the tokenizer's size, not the recipe's
+    with pytest.raises(ValueError, match=r"recipe.yaml: model\.vocab_size: set by the run"):
+        load_arguments(str(recipe))
+    recipe.write_text("model:\n  norm_position: middle\n")  # a bad value fails before any work
+    with pytest.raises(ValueError, match=r"recipe.yaml: `norm_position` must be one of"):
+        load_arguments(str(recipe))
+    with pytest.raises(ValueError, match=r"--set: Unknown model setting\(s\): model\.heads"):
+        load_arguments(None, {"model.heads": 2})
 
-    recipes = sorted((Path(__file__).parent.parent / "training" / "configs").glob("*.yaml"))
+
+def test_set_overrides_one_field_of_the_model_block(tokenizer):
+    options = build_parser().parse_args(["train", "--set", "model.d_model=64", "--set", "max_steps=7"])
+    args = load_arguments(options.recipe, parse_overrides(options.set))
+    assert args.model == {**SYNTHETIC_MODEL, "d_model": 64} and args.max_steps == 7
+    config = build_model_config(args, tokenizer)
+    assert (config.d_model, config.d_ff, config.num_heads, config.num_encoder_layers) == (64, 512, 4, 3)
+    assert config.vocab_size == len(tokenizer) and config.pad_token_id == tokenizer.pad_token_id
+    # On a recipe, the recipe's block is edited; a whole block replaces it, a preset lies under its fields.
+    edited = load_arguments(str(CONFIGS / "multi30k_de_en.yaml"), {"model.dropout": 0.3})
+    assert edited.model["d_model"] == 256 and edited.model["dropout"] == 0.3
+    base = load_arguments(None, parse_overrides(["model={preset: base, dropout: 0.3}"]))
+    config = build_model_config(base, tokenizer)
+    assert (config.d_model, config.num_encoder_layers, config.dropout) == (512, 6, 0.3)
+
+
+def test_the_default_job_is_the_synthetic_recipe(tokenizer):
+    default, recipe = load_arguments(None), load_arguments(str(CONFIGS / "synthetic_en_de.yaml"))
+    assert default.to_dict() == recipe.to_dict()
+    config = build_model_config(default, tokenizer)
+    sizes = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "dropout")
+    assert tuple(getattr(config, name) for name in sizes) == (128, 512, 4, 3, 3, 0.1)
+    assert config.label_smoothing == 0.1 and config.norm_position == "post"
+    assert default.mixed_precision == "auto"
+
+
+def test_recipes_read_yaml_1_2_scalars(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("lr_scale: 3e-1\nreport_to: no\nresume: true\n")
+    args = load_arguments(str(recipe))
+    assert (args.lr_scale, args.report_to, args.resume) == (0.3, "no", True)
+
+
+def test_committed_recipes_parse(tokenizer):
+    recipes = sorted(CONFIGS.glob("*.yaml"))
     recipes = [
         r for r in recipes if not r.name.startswith("imdb_")
     ]  # classification recipes: tests/test_classification.py::test_committed_recipes_parse
     assert recipes, "training/configs/ holds the recipes"
     for recipe in recipes:
-        assert load_arguments(str(recipe)).output_dir
+        args = load_arguments(str(recipe))
+        assert args.output_dir and args.mixed_precision == "auto"
+        assert build_model_config(args, tokenizer).d_model == args.model["d_model"]
+
+
+# -- mixed precision ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["no-native-bf16", "native-bf16"])
+def test_auto_precision_follows_the_hardware_and_is_recorded(tmp_path, monkeypatch, native):
+    """`auto` is bf16 where the hardware multiplies bf16 natively, fp32 elsewhere (precision.py)."""
+    monkeypatch.setattr("vanilla_transformer.precision.native_bf16", lambda device=None: native)
+    results, folder = run(tmp_path, "run", max_steps=2, mixed_precision="auto")
+    expected = "bf16" if native else "no"
+    assert results["mixed_precision"]["setting"] == "auto" and results["mixed_precision"]["used"] == expected
+    assert json.loads((folder / "results.json").read_text())["mixed_precision"] == results["mixed_precision"]
+    card = (folder / "model" / "README.md").read_text()
+    assert ("| precision | bf16 autocast" if native else "| precision | fp32") in card
+    assert results["mixed_precision"]["hardware"] in card
+
+
+def test_bf16_run_learns_and_saves_fp32_weights(tmp_path):
+    results, folder = run(tmp_path, "run", max_steps=10, lr_scale=2.0, mixed_precision="bf16")
+    assert results["mixed_precision"]["used"] == "bf16"
+    losses = logged_losses(folder)
+    assert sum(losses[s] for s in (8, 9, 10)) / 3 < sum(losses[s] for s in (1, 2, 3)) / 3 - 0.3
+    for weights in (folder / "model", latest_checkpoint(folder / "checkpoints") / "model"):
+        with safe_open(weights / "model.safetensors", "pt") as saved:
+            assert {saved.get_tensor(name).dtype for name in saved.keys()} == {torch.float32}
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder / "model").eval()
+    assert model.dtype == torch.float32
+    tokenizer = AutoTokenizer.from_pretrained(folder / "model")
+    batch = tokenizer(["The dog sees a cat ."], return_tensors="pt")
+    generated = model.generate(**batch, max_new_tokens=5, num_beams=1)
+    assert generated.shape[0] == 1 and 1 < generated.shape[1] <= 6
 
 
 def test_learning_rate_is_finite_and_positive():

@@ -1,6 +1,6 @@
 """The ``vanilla-transformer`` command: thin wrappers that parse arguments and call the library.
 
-vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...]
+vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set model.field=value ...]
 vanilla-transformer evaluate --model DIR (--recipe FILE.yaml | --data-file FILE ...) [--output FILE]
 vanilla-transformer translate --model DIR [--input FILE] [--output FILE]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] --output DIR
@@ -17,39 +17,29 @@ import json
 import sys
 from pathlib import Path
 
-from .train.arguments import parse_yaml
-
-
-def _parse_overrides(pairs: list[str]) -> dict:
-    overrides = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise SystemExit(f"--set expects key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        overrides[key.strip().replace("-", "_")] = parse_yaml(value)
-    return overrides
+from .train.recipes import parse_overrides
 
 
 def cmd_train(options) -> None:
     from .train.arguments import load_arguments
     from .train.loop import train
 
-    args = load_arguments(options.recipe, _parse_overrides(options.set))
-    train(args)
+    train(load_arguments(options.recipe, parse_overrides(options.set)))
 
 
 def cmd_evaluate(options) -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .train.arguments import load_arguments
+    from .train.data import data_path
     from .train.loop import evaluate_split, prepare_data
 
-    args = load_arguments(options.recipe, _parse_overrides(options.set))
+    args = load_arguments(options.recipe, parse_overrides(options.set))
     model = AutoModelForSeq2SeqLM.from_pretrained(options.model).eval()
     tokenizer = AutoTokenizer.from_pretrained(options.model)
     split = prepare_data(args)[options.split]
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
-    references = args.resolve("tokenized_test_references") if options.split == "test" else None
+    references = data_path(args.tokenized_test_references, args.data_dir) if options.split == "test" else None
     scores, samples = evaluate_split(model, tokenizer, split, args, output, references)
     for source, hypothesis, reference in samples:
         print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
@@ -100,33 +90,13 @@ def cmd_attention(options) -> None:
         print(f"Wrote {path}")
 
 
-def _classification_arguments(options, stage: str):
-    from transformers import HfArgumentParser, TrainingArguments
-
-    from .train.classification import ClassificationArguments
-
-    values = {}
-    if options.recipe:
-        path = Path(options.recipe)
-        if not path.is_file():
-            raise FileNotFoundError(f"No such recipe file: {path}")
-        values = parse_yaml(path.read_text(encoding="utf-8")) or {}
-    values.update(_parse_overrides(options.set))
-    values.setdefault("report_to", "tensorboard")
-    run_dir = values.get("run_dir", ClassificationArguments.run_dir)
-    values.setdefault("output_dir", str(Path(run_dir) / f"trainer-{stage}"))
-    parser = HfArgumentParser((ClassificationArguments, TrainingArguments))
-    try:
-        return parser.parse_dict(values, allow_extra_keys=False)
-    except ValueError as error:
-        where = f" in {options.recipe}" if options.recipe else ""
-        raise ValueError(f"Bad setting{where}: {error}") from error
-
-
 def cmd_classify(options) -> None:
+    from .train.classification import load_classification_arguments
     from .train.classify import evaluate_classifier, pretrain_mlm, train_classifier
 
-    args, training = _classification_arguments(options, options.stage)
+    args, training = load_classification_arguments(
+        options.recipe, parse_overrides(options.set), options.stage
+    )
     if options.stage == "pretrain":
         print(f"Masked-LM checkpoint: {pretrain_mlm(args, training)}")
     elif options.stage == "train":
@@ -179,7 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--recipe", help="YAML recipe, e.g. training/configs/multi30k_de_en.yaml")
     train.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="Override a recipe setting."
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Override a recipe setting; model.FIELD=VALUE a field of its model block.",
     )
     train.set_defaults(func=cmd_train)
 

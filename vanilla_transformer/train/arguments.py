@@ -1,17 +1,42 @@
-"""The settings of a translation training run: one dataclass, read from a YAML recipe and the command line.
+"""The settings of a translation training run: one dataclass, read from a YAML recipe and the command line
+by ``HfArgumentParser`` (``recipes.py``); the model's settings are its ``model:`` block.
 
 Defaults are the built-in main job: a small Transformer trained on the synthetic English -> German
-task in a few minutes on two CPU cores. The paper's recipe values (Adam betas, epsilon, Eq. 3,
-label smoothing) are the defaults of the fields that carry them.
+task in a few minutes on two CPU cores. The paper's recipe values (Adam betas, epsilon, Eq. 3) are the
+defaults of the fields that carry them; label smoothing (§5.4) is the model config's.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-import yaml
+from ..precision import MIXED_PRECISION_CHOICES
+from .recipes import check_model_block, parse_recipe
+
+# The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
+# of CPU). A recipe's ``model:`` block replaces it whole.
+SYNTHETIC_MODEL = {
+    "d_model": 128,
+    "d_ff": 512,
+    "num_heads": 4,
+    "num_encoder_layers": 3,
+    "num_decoder_layers": 3,
+    "dropout": 0.1,
+    "label_smoothing": 0.1,
+}
+# Config fields the run sets from its tokenizer and language pair, so a recipe cannot.
+SET_BY_RUN = (
+    "vocab_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "source_lang",
+    "target_lang",
+    "is_encoder_decoder",
+    "is_decoder",
+)
 
 
 @dataclass
@@ -46,21 +71,13 @@ class TranslationTrainingArguments:
     tokenizer_path: str | None = field(
         default=None, metadata={"help": "Reuse a saved tokenizer instead of training one."}
     )
-    # -- model (VanillaTransformerConfig fields; preset first, then these overrides) -----------------
-    preset: str | None = field(
-        default=None, metadata={"help": "'base' or 'big' (Table 3); other fields override it."}
+    # -- model ---------------------------------------------------------------------------------------------
+    model: dict[str, Any] = field(
+        default_factory=lambda: dict(SYNTHETIC_MODEL),
+        metadata={
+            "help": "VanillaTransformerConfig fields, with an optional `preset` (base | big, Table 3) under them."
+        },
     )
-    d_model: int | None = 128
-    d_ff: int | None = 512
-    num_heads: int | None = 4
-    num_encoder_layers: int | None = 3
-    num_decoder_layers: int | None = 3
-    dropout: float | None = 0.1
-    attention_dropout: float | None = None
-    activation_dropout: float | None = None
-    label_smoothing: float | None = 0.1
-    norm_position: str | None = None
-    position_encoding: str | None = None
     # -- optimisation (§5.3) -------------------------------------------------------------------------
     max_tokens: int = 4096
     tokens_per_update: int | None = field(
@@ -82,7 +99,10 @@ class TranslationTrainingArguments:
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
     max_grad_norm: float | None = 1.0
-    mixed_precision: str = "no"
+    mixed_precision: str = field(
+        default="auto",
+        metadata={"help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16."},
+    )
     seed: int = 0
     # -- evaluation (§6.1) ---------------------------------------------------------------------------
     eval_every: int = 200
@@ -125,74 +145,21 @@ class TranslationTrainingArguments:
             raise ValueError(
                 "`dataset: json` needs `train_file` (and usually `validation_file`, `test_file`)."
             )
-
-    def model_overrides(self) -> dict:
-        """The VanillaTransformerConfig fields this run sets (None = keep the preset's / default value)."""
-        names = (
-            "d_model d_ff num_heads num_encoder_layers num_decoder_layers dropout attention_dropout "
-            "activation_dropout label_smoothing norm_position position_encoding"
-        ).split()
-        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
-
-    def resolve(self, name: str) -> str | None:
-        """A data file's path: absolute, or relative to ``data_dir`` / ``$VT_DATA_DIR`` when set."""
-        from .data import data_dir
-
-        value = getattr(self, name)
-        if value is None:
-            return None
-        root = data_dir(self.data_dir)
-        return str(root / value) if root is not None and not Path(value).is_absolute() else value
+        if self.mixed_precision not in MIXED_PRECISION_CHOICES:
+            raise ValueError(
+                f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {self.mixed_precision!r}."
+            )
+        check_model_block(self.model, SET_BY_RUN)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-class _RecipeLoader(yaml.SafeLoader):
-    """YAML 1.2 scalars: only true/false are booleans (``eval_strategy: no`` stays the string "no") and
-    ``3e-4`` is a float, not a string."""
-
-
-_RecipeLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_RecipeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-
-
-_RecipeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def parse_yaml(text: str):
-    """Parse a recipe or a ``--set`` value."""
-    return yaml.load(text, Loader=_RecipeLoader)
-
-
 def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> TranslationTrainingArguments:
-    """Read a YAML recipe, apply ``overrides``; an unknown key is an error naming the key and the file."""
-    values: dict = {}
-    if recipe is not None:
-        path = Path(recipe)
-        if not path.is_file():
-            raise FileNotFoundError(f"No such recipe file: {path}")
-        values = parse_yaml(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: a recipe must be a mapping of setting: value.")
-    values.update(overrides or {})
-    known = {f.name for f in fields(TranslationTrainingArguments)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        where = f" in {recipe}" if recipe else ""
-        raise ValueError(
-            f"Unknown setting(s){where}: {', '.join(unknown)}. Known settings: {', '.join(sorted(known))}."
-        )
-    return TranslationTrainingArguments(**values)
+    """Read a YAML recipe (none: the built-in synthetic job), apply ``overrides`` (``model.d_model``-style
+    keys edit the model block); an unknown key is an error naming the key and the file."""
+    (args,) = parse_recipe((TranslationTrainingArguments,), recipe, overrides)
+    return args
 
 
-__all__ = ["TranslationTrainingArguments", "load_arguments", "parse_yaml"]
+__all__ = ["TranslationTrainingArguments", "load_arguments", "SYNTHETIC_MODEL"]

@@ -1,6 +1,9 @@
 """The encoder alone as a text classifier: data, tokenizer, masked-LM self-pretraining and fine-tuning
 with ``transformers.Trainer``, and evaluation with a confusion matrix.
 
+A recipe holds ``ClassificationArguments`` and ``transformers.TrainingArguments`` keys side by side,
+and the encoder's ``VanillaTransformerConfig`` fields in its ``model:`` block (``recipes.py``).
+
 Data are ``datasets`` JSON Lines with a text and a label column (the layout of ``../shared/data/imdb``)
 or a Hub data set. Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB)
 become spaces. Long texts keep their head and their tail (Sun et al., 2019: the first 128 and the last
@@ -11,13 +14,44 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 from datasets import Dataset, load_dataset
+from transformers import TrainingArguments
+
+from ..precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
+from .data import data_path
+from .recipes import (
+    apply_overrides,
+    check_model_block,
+    default_model_block,
+    parse_settings,
+    read_recipe,
+    source_name,
+)
 
 BREAKS = re.compile(r"<br\s*/?>", re.IGNORECASE)
+# The built-in encoder: four post-LN layers of width 256. A recipe's ``model:`` block replaces it whole.
+ENCODER_MODEL = {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 4, "dropout": 0.1}
+# Config fields the run sets (from the tokenizer, the labels, the task), so a recipe cannot.
+SET_BY_RUN = (
+    "vocab_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "num_decoder_layers",
+    "is_encoder_decoder",
+    "is_decoder",
+    "sparse_prediction",
+    "source_lang",
+    "target_lang",
+)
 
 
 @dataclass
@@ -43,15 +77,16 @@ class ClassificationArguments:
     vocab_size: int = 16000
     max_length: int = 512
     head_tokens: int = 128
-    d_model: int = 256
-    d_ff: int = 1024
-    num_heads: int = 4
-    num_layers: int = 4
-    dropout: float = 0.1
-    norm_position: str = field(
-        default="post", metadata={"help": "'post' (§3.1) or 'pre' LayerNorm; see VanillaTransformerConfig."}
+    model: dict[str, Any] = field(
+        default_factory=lambda: dict(ENCODER_MODEL),
+        metadata={
+            "help": "VanillaTransformerConfig fields of the encoder (ignored with `pretrained_model`)."
+        },
     )
-    classifier_pooling: str = "mean"
+    mixed_precision: str = field(
+        default="auto",
+        metadata={"help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16."},
+    )
     pretrained_model: str | None = field(
         default=None, metadata={"help": "Fine-tune from this folder (e.g. an MLM checkpoint)."}
     )
@@ -62,24 +97,52 @@ class ClassificationArguments:
     )
     run_dir: str = "runs/imdb-classifier"
 
+    def __post_init__(self):
+        if self.mixed_precision not in MIXED_PRECISION_CHOICES:
+            raise ValueError(
+                f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {self.mixed_precision!r}."
+            )
+        check_model_block(self.model, SET_BY_RUN)
+
+
+def load_classification_arguments(
+    recipe: str | None, overrides: Mapping | None, stage: str
+) -> tuple[ClassificationArguments, TrainingArguments]:
+    """A classification recipe and ``--set`` overrides, parsed into both dataclasses.
+
+    ``mixed_precision`` becomes the Trainer's ``bf16`` (so a recipe cannot set ``bf16``/``fp16`` itself);
+    the Trainer's folder defaults to ``run_dir/trainer-<stage>`` and its reports to TensorBoard."""
+    types = (ClassificationArguments, TrainingArguments)
+    from_file = read_recipe(recipe) if recipe else {}
+    values = apply_overrides(from_file, overrides, default_model_block(types))
+    where = source_name(recipe, overrides)
+    for key in ("bf16", "fp16"):
+        if key in values:
+            raise ValueError(f"{where}: set `mixed_precision` (auto | no | bf16), not `{key}`.")
+    values.setdefault("report_to", "tensorboard")
+    values.setdefault(
+        "output_dir", str(Path(values.get("run_dir", ClassificationArguments.run_dir)) / f"trainer-{stage}")
+    )
+    setting = values.get("mixed_precision", ClassificationArguments.mixed_precision)
+    if setting in MIXED_PRECISION_CHOICES:  # a bad value is refused, with the file named, by the parser
+        cpu = bool(values.get("use_cpu")) or not torch.accelerator.is_available()
+        device = torch.device("cpu") if cpu else torch.accelerator.current_accelerator()
+        values["bf16"] = resolve_mixed_precision(setting, device) == "bf16"
+        if values["bf16"] and cpu:
+            values["use_cpu"] = True  # the Trainer takes bf16 on a CPU only when told it runs there
+    return parse_settings(values, types, where, from_file)
+
 
 def clean_text(text: str) -> str:
     """HTML line breaks become spaces; nothing else is changed (any language, any case)."""
     return " ".join(BREAKS.sub(" ", text).split())
 
 
-def data_path(args: ClassificationArguments, value: str) -> str:
-    from .data import data_dir
-
-    root = data_dir(args.data_dir)
-    return str(root / value) if root is not None and not Path(value).is_absolute() else value
-
-
 def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
     """Read a labelled split and check it: both columns present, no empty text, integer labels."""
     if args.dataset != "json":
         return load_dataset(args.dataset, split=file)  # the path users with network take
-    path = data_path(args, file)
+    path = data_path(file, args.data_dir)
     if not Path(path).is_file():
         raise FileNotFoundError(f"No such data file: {path}")
     data = load_dataset("json", data_files=path, split="train")
@@ -169,6 +232,7 @@ def write_json(path: Path, payload: dict) -> None:
 
 __all__ = [
     "ClassificationArguments",
+    "load_classification_arguments",
     "clean_text",
     "encode_head_tail",
     "classification_metrics",

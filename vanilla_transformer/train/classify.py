@@ -23,18 +23,20 @@ from ..modeling_vanilla_transformer import (
     VanillaTransformerForMaskedLM,
     VanillaTransformerForSequenceClassification,
 )
-from ..tokenization import MASK_TOKEN, train_bpe_tokenizer
+from ..precision import bf16_hardware
+from ..tokenization import MASK_TOKEN
 from .classification import (
     ClassificationArguments,
     classification_metrics,
     clean_text,
-    data_path,
     encode_head_tail,
     label_maps,
     load_labelled,
     plot_confusion_matrix,
     write_json,
 )
+from .data import data_path, load_or_train_tokenizer
+from .recipes import build_config, describe_precision
 
 
 class TimeBudget(TrainerCallback):
@@ -59,39 +61,38 @@ def _callbacks(args: ClassificationArguments) -> list[TrainerCallback]:
     return [TimeBudget(args.max_minutes)] if args.max_minutes is not None else []
 
 
-def tokenizer_for(args: ClassificationArguments, texts: list[str]):
-    """Reuse the tokenizer of ``pretrained_model`` or of an earlier run, else train one (with ``<mask>``)."""
-    for folder in (args.pretrained_model, Path(args.run_dir) / "tokenizer"):
-        if folder and (Path(folder) / "tokenizer.json").is_file():
-            return AutoTokenizer.from_pretrained(folder)
-    tokenizer = train_bpe_tokenizer(
+def classification_tokenizer(args: ClassificationArguments, texts: list[str]):
+    """The tokenizer of ``pretrained_model`` or of an earlier run, else one trained on ``texts`` (with
+    ``<mask>``, for masked-LM pre-training) and saved in ``run_dir/tokenizer``."""
+    return load_or_train_tokenizer(
+        [args.pretrained_model, Path(args.run_dir) / "tokenizer"],
         (clean_text(t) for t in texts),
+        save_to=Path(args.run_dir) / "tokenizer",
         vocab_size=args.vocab_size,
         model_max_length=args.max_length,
         extra_special_tokens=(MASK_TOKEN,),
     )
-    tokenizer.save_pretrained(Path(args.run_dir) / "tokenizer")
-    return tokenizer
 
 
 def model_config(args: ClassificationArguments, tokenizer, **extra) -> VanillaTransformerConfig:
-    return VanillaTransformerConfig(
+    """The encoder of the recipe's model block, with the run's vocabulary and special tokens."""
+    return build_config(
+        args.model,
+        defaults={"max_position_embeddings": args.max_length},
         vocab_size=len(tokenizer),
-        d_model=args.d_model,
-        d_ff=args.d_ff,
-        num_heads=args.num_heads,
-        num_encoder_layers=args.num_layers,
-        num_decoder_layers=0,
-        dropout=args.dropout,
-        norm_position=args.norm_position,
-        max_position_embeddings=args.max_length,
-        classifier_pooling=args.classifier_pooling,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
+        num_decoder_layers=0,
         is_encoder_decoder=False,
         **extra,
     )
+
+
+def precision_record(args: ClassificationArguments, training: TrainingArguments) -> dict:
+    """``mixed_precision`` and what it became (the Trainer's ``bf16``), on which hardware."""
+    used = "bf16" if training.bf16 else "no"
+    return {"setting": args.mixed_precision, "used": used, "hardware": bf16_hardware(training.device)}
 
 
 def _encode(dataset: Dataset, tokenizer, args: ClassificationArguments, with_labels: bool) -> Dataset:
@@ -115,11 +116,15 @@ def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> 
 
     The head runs only at the masked positions (``sparse_prediction``): the loss is the same, and the
     (batch, length, vocabulary) logits that would dominate a small encoder's step are never built."""
+    precision = precision_record(args, training)
+    print(f"Precision: {describe_precision(precision)}.")
     train = load_labelled(args, args.train_file)
     texts = list(train[args.text_column])
     for file in args.unlabelled_files:
-        texts += list(load_dataset("json", data_files=data_path(args, file), split="train")[args.text_column])
-    tokenizer = tokenizer_for(args, texts)
+        texts += list(
+            load_dataset("json", data_files=data_path(file, args.data_dir), split="train")[args.text_column]
+        )
+    tokenizer = classification_tokenizer(args, texts)
     corpus = _encode(Dataset.from_dict({args.text_column: texts}), tokenizer, args, with_labels=False)
     model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
@@ -146,6 +151,7 @@ def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> 
             "batch size": training.per_device_train_batch_size,
             "learning rate": training.learning_rate,
             "masking": f"{args.mlm_probability:.0%} of tokens",
+            "precision": describe_precision(precision),
         },
     )
     return output
@@ -153,6 +159,8 @@ def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> 
 
 def train_classifier(args: ClassificationArguments, training: TrainingArguments) -> dict:
     """Fine-tune (or train from scratch) the classifier; evaluates on the test file when given."""
+    precision = precision_record(args, training)
+    print(f"Precision: {describe_precision(precision)}.")
     train = _subset(load_labelled(args, args.train_file), args.max_train_examples, training.seed)
     if args.validation_file:
         validation = load_labelled(args, args.validation_file)
@@ -162,7 +170,7 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
     id2label, label2id = label_maps(
         args, list(train[args.label_column]) + list(validation[args.label_column])
     )
-    tokenizer = tokenizer_for(args, list(train[args.text_column]))
+    tokenizer = classification_tokenizer(args, list(train[args.text_column]))
     extra = {"num_labels": len(id2label), "id2label": id2label, "label2id": label2id}
     if args.pretrained_model:
         model = VanillaTransformerForSequenceClassification.from_pretrained(args.pretrained_model, **extra)
@@ -192,6 +200,7 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
     results = {
         "train": train_output.metrics,
         "validation": trainer.evaluate(),
+        "mixed_precision": precision,
     }
     if args.test_file:
         results["test"] = evaluate_classifier(output, args, args.test_file)
@@ -231,6 +240,7 @@ def _classifier_card(args, training, model, results: dict, folder: Path, example
             "learning rate": training.learning_rate,
             "training time": f"{results['train'].get('train_runtime', 0) / 60:.1f} min (this session)",
             "truncation": f"first {head} + last {args.max_length - 1 - head} tokens, then </s>",
+            "precision": describe_precision(results["mixed_precision"]),
         },
     )
 

@@ -1,28 +1,40 @@
 """Train a Transformer for translation the paper's way (§5), on Accelerate.
 
-Read top to bottom: data and tokenizer, model, batches by token budget, Adam with Eq. 3, the
-update loop with periodic validation (loss and beam-search BLEU) and atomic checkpoints, and a final
-evaluation on the test split. The same code runs on one CPU, ``accelerate launch --multi_gpu --num_processes N``
-(gloo on CPU, NCCL on GPUs) and with Accelerate's mixed precision.
+Read top to bottom: ``train`` sets the run up (Accelerate, data and the shared BPE vocabulary, the
+model of the recipe's ``model:`` block, batches by token budget, Adam with Eq. 3, resume), runs the
+updates (``run_epoch``: ``train_step`` for every batch, ``after_update`` for logging, validation loss
+and beam-search BLEU, atomic checkpoints) and finishes (the last or averaged weights, the test BLEU,
+``results.json``, the model card and the BLEU plot).
+
+Accelerate's own mechanisms carry everything that must stay right on N processes: ``accumulate()``
+for gradient accumulation, ``gather_for_metrics`` for the validation loss, ``save_state`` /
+``load_state`` inside the checkpoints, ``ProjectConfiguration`` for the run folder. The same code runs
+on one CPU, under ``accelerate launch --multi_gpu --num_processes N`` (gloo on CPU, NCCL on GPUs) and
+in bf16 mixed precision (``mixed_precision: auto | no | bf16``; the weights stay fp32).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.state import AcceleratorState
+from accelerate.utils import GradientAccumulationPlugin, ProjectConfiguration, set_seed
+from datasets import Dataset, DatasetDict
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, DataCollatorForSeq2Seq
+from transformers import DataCollatorForSeq2Seq
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model_card import Result, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..tokenization import train_bpe_tokenizer
 from .arguments import TranslationTrainingArguments
 from .batching import TokenBudgetBatchSampler
 from .checkpoints import (
@@ -32,32 +44,139 @@ from .checkpoints import (
     save_checkpoint,
     spaced_checkpoints,
 )
-from .data import load_translation_splits, tokenize_pairs
+from .data import data_path, load_or_train_tokenizer, load_translation_splits, tokenize_pairs
 from .evaluation import bleu_scores, translate
 from .plots import plot_history
+from .recipes import build_config, describe_precision, mixed_precision_record
 from .schedule import transformer_lr_scheduler
 
 
-def build_model_config(args: TranslationTrainingArguments, tokenizer) -> VanillaTransformerConfig:
-    """The model's config: a Table 3 preset (or the defaults) with the run's overrides and vocabulary."""
-    settings = dict(
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        max_position_embeddings=max(args.max_source_length, args.max_target_length) + 64,
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
-        **args.model_overrides(),
+@dataclass
+class RunState:
+    """Where the run is: a checkpoint's ``trainer_state.json`` (Accelerate's ``state/`` holds the rest)."""
+
+    step: int = 0  # optimizer updates done
+    epoch: int = 0
+    batches_in_epoch: int = 0  # batches of this epoch this process has taken
+    elapsed_seconds: float = 0.0  # training time of all sessions so far
+    history: list[dict] = field(default_factory=list)  # one row per validation
+
+
+@dataclass
+class Run:
+    """What the update loop works with, after ``accelerator.prepare``."""
+
+    args: TranslationTrainingArguments
+    accelerator: Accelerator
+    precision: dict  # mixed_precision_record: setting, what it resolved to, the hardware
+    tokenizer: Any
+    splits: DatasetDict  # raw text: "source", "target"
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    train_loader: DataLoader
+    train_sampler: TokenBudgetBatchSampler
+    valid_loader: DataLoader | None
+    valid_batches: int  # batches of the whole validation split, before Accelerate shards it
+
+    @property
+    def output_dir(self) -> Path:
+        return Path(self.args.output_dir)
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.output_dir / "checkpoints"
+
+
+def train(args: TranslationTrainingArguments) -> dict:
+    """Run the whole job; returns the final metrics (also written to ``output_dir/results.json``)."""
+    run = set_up(args)
+    state = resume(run)
+    start_logging(run)
+    clock = Clock(args, state)
+    update_loop(run, state, clock)
+    return finish(run, state, clock.minutes())
+
+
+# -- set-up ------------------------------------------------------------------------------------------------
+
+
+def set_up(args: TranslationTrainingArguments) -> Run:
+    """Accelerate, data, the shared vocabulary, the model, batches, Adam (§5.3) with Eq. 3; all prepared."""
+    accelerator, precision = make_accelerator(args)
+    set_seed(args.seed)
+    splits = prepare_data(args)
+    if "train" not in splits:
+        raise ValueError("The data has no 'train' split.")
+    with accelerator.main_process_first():
+        tokenizer = translation_tokenizer(args, splits["train"])
+    encoded = {
+        name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
+        for name, split in splits.items()
+    }
+    model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
+    model.generation_config.num_beams = args.num_beams
+    model.generation_config.length_penalty = args.length_penalty
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
+    train_loader, train_sampler = make_loader(args, encoded["train"], collator, shuffle=True)
+    valid_loader, valid_sampler = None, None
+    if "validation" in encoded:
+        valid_loader, valid_sampler = make_loader(args, encoded["validation"], collator, shuffle=False)
+    accelerator.gradient_accumulation_steps = accumulation_steps(
+        args, encoded["train"], train_sampler, accelerator.num_processes
     )
-    if args.preset:
-        return VanillaTransformerConfig.from_preset(args.preset, **settings)
-    return VanillaTransformerConfig(**settings)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1.0, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon
+    )
+    scheduler = transformer_lr_scheduler(optimizer, model.config.d_model, args.warmup_steps, args.lr_scale)
+    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
+    if valid_loader is not None:
+        valid_loader = accelerator.prepare(valid_loader)
+    accelerator.register_for_checkpointing(scheduler)  # stepped per update by the loop, saved with the state
+    return Run(
+        args=args,
+        accelerator=accelerator,
+        precision=precision,
+        tokenizer=tokenizer,
+        splits=splits,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        train_loader=train_loader,
+        train_sampler=train_sampler,
+        valid_loader=valid_loader,
+        valid_batches=len(valid_sampler) if valid_sampler is not None else 0,
+    )
 
 
-def prepare_data(args: TranslationTrainingArguments):
+def make_accelerator(args: TranslationTrainingArguments) -> tuple[Accelerator, dict]:
+    """The run's Accelerator: its precision, its folder and trackers, and gradient accumulation (one
+    batch per update until ``set_up`` knows the batches)."""
+    device = (
+        torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+    )
+    precision = mixed_precision_record(args.mixed_precision, device)
+    # One run, one Accelerator: an earlier run in this process (a notebook, the tests) may have left its
+    # precision in Accelerate's shared state, which a new Accelerator may not change. transformers'
+    # TrainingArguments clears it the same way; the process group (PartialState) stays.
+    AcceleratorState._reset_state(reset_partial_state=False)
+    accelerator = Accelerator(
+        # Without an accelerator, processes started by `accelerate launch` / torchrun join over gloo.
+        cpu=not torch.accelerator.is_available(),
+        mixed_precision=precision["used"],
+        # An update may span the end of an epoch: its batches are the next N, wherever they come from.
+        gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=1, sync_with_dataloader=False),
+        log_with=None if args.report_to == "none" else args.report_to,
+        project_config=ProjectConfiguration(project_dir=args.output_dir, logging_dir=args.output_dir),
+        step_scheduler_with_optimizer=False,  # Eq. 3 counts optimizer updates, whatever the process count
+    )
+    return accelerator, precision
+
+
+def prepare_data(args: TranslationTrainingArguments) -> DatasetDict:
+    """The splits of the recipe's data, as ``source`` / ``target`` text."""
     files = {
-        split: args.resolve(f"{split}_file")
+        split: data_path(getattr(args, f"{split}_file"), args.data_dir)
         for split in ("train", "validation", "test")
         if getattr(args, f"{split}_file") is not None
     }
@@ -76,17 +195,207 @@ def prepare_data(args: TranslationTrainingArguments):
     )
 
 
-def load_or_train_tokenizer(args: TranslationTrainingArguments, train_split, output_dir: Path):
-    saved = Path(args.tokenizer_path) if args.tokenizer_path else output_dir / "tokenizer"
-    if saved.is_dir():
-        return AutoTokenizer.from_pretrained(saved)
-    tokenizer = train_bpe_tokenizer(
-        list(train_split["source"]) + list(train_split["target"]),
+def translation_tokenizer(args: TranslationTrainingArguments, train_split: Dataset):
+    """§5.1: one BPE vocabulary for both languages: ``tokenizer_path`` or a resumed run's, else trained on
+    the training pairs (sources, then targets) and saved in the run folder."""
+    saved = Path(args.tokenizer_path) if args.tokenizer_path else Path(args.output_dir) / "tokenizer"
+    return load_or_train_tokenizer(
+        [saved],
+        itertools.chain(train_split["source"], train_split["target"]),
+        save_to=saved,
         vocab_size=args.vocab_size,
         model_max_length=max(args.max_source_length, args.max_target_length),
     )
-    tokenizer.save_pretrained(saved)
-    return tokenizer
+
+
+def build_model_config(args: TranslationTrainingArguments, tokenizer) -> VanillaTransformerConfig:
+    """The recipe's model block (a Table 3 preset and/or fields) with the run's vocabulary, special tokens
+    and language pair."""
+    return build_config(
+        args.model,
+        defaults={"max_position_embeddings": max(args.max_source_length, args.max_target_length) + 64},
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+    )
+
+
+def make_loader(
+    args: TranslationTrainingArguments, data: Dataset, collator, shuffle: bool
+) -> tuple[DataLoader, TokenBudgetBatchSampler]:
+    """Batches of at most ``max_tokens`` source and target tokens (§5.1), and their sampler."""
+    sampler = TokenBudgetBatchSampler(
+        [len(x) for x in data["input_ids"]],
+        [len(x) for x in data["labels"]],
+        args.max_tokens,
+        shuffle,
+        args.seed,
+    )
+    # A private generator: starting an epoch must not draw from the global RNG that dropout uses,
+    # or a resumed run (which starts its epoch mid-way) would see different dropout masks.
+    generator = torch.Generator().manual_seed(args.seed)
+    return DataLoader(data, batch_sampler=sampler, collate_fn=collator, generator=generator), sampler
+
+
+def accumulation_steps(
+    args: TranslationTrainingArguments, train_data: Dataset, sampler: TokenBudgetBatchSampler, processes: int
+) -> int:
+    """Batches per process per update: ``gradient_accumulation_steps``, else enough batches for about
+    ``tokens_per_update`` target tokens over all processes, else 1."""
+    if args.gradient_accumulation_steps:
+        return args.gradient_accumulation_steps
+    tokens_per_batch = sum(len(x) for x in train_data["labels"]) / max(len(sampler), 1)
+    return max(1, round((args.tokens_per_update or 0) / (tokens_per_batch * processes)))
+
+
+def resume(run: Run) -> RunState:
+    """A fresh state, or (with ``resume``) the latest checkpoint's, Accelerate's state loaded with it."""
+    state = RunState()
+    checkpoint = latest_checkpoint(run.checkpoints) if run.args.resume else None
+    if checkpoint is not None:
+        run.accelerator.load_state(str(checkpoint / "state"))
+        state = RunState(**json.loads((checkpoint / STATE_FILE).read_text()))
+        run.accelerator.print(f"Resuming from {checkpoint} (update {state.step}).")
+    elif run.args.resume:
+        run.accelerator.print(f"No checkpoint under {run.checkpoints}: starting from scratch.")
+    return state
+
+
+def start_logging(run: Run) -> None:
+    """Start the trackers (TensorBoard) with the run's settings; say what is trained, how and in what precision."""
+    args, accelerator = run.args, run.accelerator
+    if args.report_to != "none":
+        settings = {key: value for key, value in asdict(args).items() if value is not None and key != "model"}
+        settings |= {f"model.{key}": value for key, value in args.model.items()}  # trackers take scalars
+        accelerator.init_trackers(
+            "translation", config=settings | {"mixed_precision_used": run.precision["used"]}
+        )
+    accelerator.print(
+        f"Model: {accelerator.unwrap_model(run.model).num_parameters():,} parameters; vocabulary "
+        f"{len(run.tokenizer)}; {len(run.splits['train']):,} training pairs in {len(run.train_sampler)} batches "
+        f"of <= {args.max_tokens} tokens; {accelerator.gradient_accumulation_steps} batch(es) x "
+        f"{accelerator.num_processes} process(es) per update."
+    )
+    accelerator.print(f"Precision: {describe_precision(run.precision)}.")
+
+
+# -- the update loop -------------------------------------------------------------------------------------
+
+
+class Clock:
+    """The run's wall-clock time (a resumed run counts its earlier sessions) and its budgets."""
+
+    def __init__(self, args: TranslationTrainingArguments, state: RunState):
+        self.args = args
+        self.start = time.time() - state.elapsed_seconds
+        self.session_start, self.session_first_step = time.time(), state.step
+
+    def elapsed(self) -> float:
+        return time.time() - self.start
+
+    def minutes(self) -> float:
+        return self.elapsed() / 60
+
+    def out_of_budget(self, state: RunState) -> bool:
+        """Updates, epochs or minutes used up."""
+        args = self.args
+        over_time = args.max_minutes is not None and self.elapsed() > 60 * args.max_minutes
+        over_epochs = args.max_epochs is not None and state.epoch >= args.max_epochs
+        return state.step >= args.max_steps or over_time or over_epochs
+
+    def eta(self, state: RunState) -> str:
+        """Time left until whichever budget ends first: updates (at this session's rate) or minutes."""
+        rate = (state.step - self.session_first_step) / max(time.time() - self.session_start, 1e-9)
+        left = (self.args.max_steps - state.step) / max(rate, 1e-9)
+        if self.args.max_minutes is not None:
+            left = min(left, 60 * self.args.max_minutes - self.elapsed())
+        return f"{max(left, 0) / 60:.1f}min"
+
+
+@dataclass
+class LossWindow:
+    """Training loss (mean over batches) and throughput since the last log line."""
+
+    loss: float = 0.0
+    batches: int = 0
+    tokens: int = 0
+    start: float = field(default_factory=time.time)
+
+    def add(self, loss: float, tokens: int) -> None:
+        self.loss, self.batches, self.tokens = self.loss + loss, self.batches + 1, self.tokens + tokens
+
+    def take(self, learning_rate: float) -> dict:
+        """The window's metrics; the window starts again."""
+        metrics = {
+            "train/loss": self.loss / max(self.batches, 1),
+            "train/lr": learning_rate,
+            "train/tokens_per_second": self.tokens / max(time.time() - self.start, 1e-9),
+        }
+        self.loss, self.batches, self.tokens, self.start = 0.0, 0, 0, time.time()
+        return metrics
+
+
+def update_loop(run: Run, state: RunState, clock: Clock) -> None:
+    """Epochs of updates until a budget (updates, epochs, minutes) ends the run."""
+    run.model.train()
+    progress = tqdm(
+        total=run.args.max_steps,
+        initial=state.step,
+        desc="Training",
+        disable=not run.accelerator.is_main_process,
+    )
+    window = LossWindow()
+    done = state.step >= run.args.max_steps
+    while not done:
+        done = run_epoch(run, state, clock, window, progress)
+        if not done:
+            state.epoch += 1
+            state.batches_in_epoch = 0
+            done = clock.out_of_budget(state)
+    progress.close()
+
+
+def run_epoch(run: Run, state: RunState, clock: Clock, window: LossWindow, progress) -> bool:
+    """The rest of the current epoch (all of it unless resuming mid-epoch); True when the run is over."""
+    accelerator = run.accelerator
+    run.train_sampler.set_epoch(state.epoch)
+    batches = run.train_loader
+    if state.batches_in_epoch:
+        batches = accelerator.skip_first_batches(run.train_loader, state.batches_in_epoch)
+    for batch in batches:
+        state.batches_in_epoch += 1
+        window.add(train_step(run, batch), count_tokens(batch) * accelerator.num_processes)
+        if not accelerator.sync_gradients:
+            continue  # more batches of this update to come
+        run.scheduler.step()
+        state.step += 1
+        progress.update(1)
+        if after_update(run, state, clock, window, progress):
+            return True
+    return False
+
+
+def train_step(run: Run, batch: dict) -> float:
+    """Forward and backward of one batch; on the last batch of an update, clip and step Adam.
+
+    Each batch's loss is label-smoothed and averaged over its target tokens; ``accelerator.backward``
+    divides it by the batches per update, so every batch of an update weighs the same, as every
+    process's batch does in DDP's gradient average (one process accumulating two batches computes the
+    gradient of two processes taking one each). Outside an update's last batch ``accumulate()`` skips
+    the gradient all-reduce and the prepared optimizer skips ``step`` and ``zero_grad``.
+    """
+    accelerator, model = run.accelerator, run.model
+    with accelerator.accumulate(model):
+        loss = model(**batch).loss
+        accelerator.backward(loss)
+        if accelerator.sync_gradients and run.args.max_grad_norm:
+            accelerator.clip_grad_norm_(model.parameters(), run.args.max_grad_norm)
+        run.optimizer.step()
+        run.optimizer.zero_grad(set_to_none=True)
+    return loss.item()
 
 
 def count_tokens(batch) -> int:
@@ -94,235 +403,159 @@ def count_tokens(batch) -> int:
     return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
 
 
+def after_update(run: Run, state: RunState, clock: Clock, window: LossWindow, progress) -> bool:
+    """Logging, validation and a checkpoint, as update ``state.step`` calls for; True when the run is over."""
+    args = run.args
+    if state.step % args.log_every == 0:
+        log_training(run, state, window.take(run.scheduler.get_last_lr()[0]), progress, clock)
+    finished = clock.out_of_budget(state)
+    if run.valid_loader is not None and (state.step % args.eval_every == 0 or finished):
+        validate(run, state, clock)
+    if state.step % args.save_every == 0 or finished:
+        state.elapsed_seconds = clock.elapsed()
+        save_checkpoint(
+            run.accelerator,
+            run.model,
+            run.tokenizer,
+            run.checkpoints,
+            state.step,
+            asdict(state),
+            args.keep_last,
+        )
+    return finished
+
+
+def log_training(run: Run, state: RunState, metrics: dict, progress, clock: Clock) -> None:
+    """The progress bar, the trackers and ``train_log.jsonl``."""
+    progress.set_postfix(
+        loss=f"{metrics['train/loss']:.3f}",
+        lr=f"{metrics['train/lr']:.2e}",
+        tok_s=f"{metrics['train/tokens_per_second']:,.0f}",
+        eta=clock.eta(state),
+    )
+    run.accelerator.log(metrics, step=state.step)
+    if run.accelerator.is_main_process:
+        with open(run.output_dir / "train_log.jsonl", "a", encoding="utf-8") as log:
+            log.write(json.dumps({"step": state.step, **metrics}) + "\n")
+
+
+# -- validation --------------------------------------------------------------------------------------------
+
+
+def validate(run: Run, state: RunState, clock: Clock) -> None:
+    """Validation loss and BLEU at this update, into the run's history, the trackers and the log."""
+    metrics = evaluate_during_training(run)
+    metrics["elapsed_minutes"] = clock.minutes()
+    state.history.append({"step": state.step, **metrics})
+    run.accelerator.log({f"valid/{key}": value for key, value in metrics.items()}, step=state.step)
+    run.accelerator.print(
+        f"update {state.step}: valid loss {metrics['loss']:.3f}, "
+        f"BLEU {metrics['sacrebleu']:.2f} ({metrics['elapsed_minutes']:.1f} min)"
+    )
+
+
+def evaluate_during_training(run: Run) -> dict:
+    """Validation loss on the whole split, BLEU from beam search on its first ``eval_bleu_samples``.
+
+    Runs in a forked RNG so that evaluating never changes the training run's random stream."""
+    with torch.random.fork_rng(devices=[]):
+        metrics = {"loss": validation_loss(run.model, run.valid_loader, run.accelerator, run.valid_batches)}
+        metrics["perplexity"] = math.exp(min(metrics["loss"], 50))
+        metrics |= validation_bleu(run)
+    run.model.train()
+    return metrics
+
+
 @torch.no_grad()
-def validation_loss(model, loader, accelerator) -> float:
-    """Token-weighted label-smoothed loss over the whole validation split."""
+def validation_loss(model, loader, accelerator: Accelerator, num_batches: int) -> float:
+    """The label-smoothed loss over every target token of the validation split, each batch counted once.
+
+    With ``even_batches`` (Accelerate's default) a process that runs out of batches repeats the split's
+    first ones, so that all processes take the same number of steps. ``gather_for_metrics`` can drop
+    such repeats only for batches of one fixed size; ours vary (a token budget), so they are left out
+    here: the k-th batch of process p is batch k * P + p of the split, and the repeats lie past its end.
+    Every process still runs every forward (DDP's forward may synchronise buffers).
+    """
     model.eval()
-    total, count = torch.zeros((), device=accelerator.device), torch.zeros((), device=accelerator.device)
-    for batch in loader:
+    totals = torch.zeros(1, 2, device=accelerator.device)  # sum of loss x tokens, tokens
+    for index, batch in enumerate(loader):
         tokens = (batch["labels"] != -100).sum()
-        total += model(**batch).loss * tokens
-        count += tokens
-    total, count = accelerator.reduce(total), accelerator.reduce(count)
-    model.train()
-    return (total / count.clamp(min=1)).item()
+        loss = model(**batch).loss
+        if index * accelerator.num_processes + accelerator.process_index < num_batches:
+            totals += torch.stack([loss.float() * tokens, tokens.float()])
+    totals = accelerator.gather_for_metrics(totals).sum(dim=0)  # (P, 2) -> (2,)
+    return (totals[0] / totals[1].clamp(min=1)).item()
 
 
-def train(args: TranslationTrainingArguments) -> dict:
-    """Run the whole job; returns the final metrics (also written to ``output_dir/results.json``)."""
-    output_dir = Path(args.output_dir)
-    checkpoints_root = output_dir / "checkpoints"
-    report_to = None if args.report_to == "none" else args.report_to
-    accelerator = Accelerator(
-        # Without an accelerator, processes started by `accelerate launch` / torchrun join over gloo.
-        cpu=not torch.accelerator.is_available(),
-        mixed_precision=args.mixed_precision,
-        log_with=report_to,
-        project_dir=str(output_dir),
-        step_scheduler_with_optimizer=False,  # Eq. 3 counts optimizer updates, whatever the process count
-    )
-    set_seed(args.seed)
+def validation_bleu(run: Run) -> dict:
+    """Beam-search BLEU on the first ``eval_bleu_samples`` validation sentences (the main process's
+    numbers; NaN on the others)."""
+    if not run.accelerator.is_main_process:
+        return {"sacrebleu": float("nan"), "bleu_lc_tok": float("nan")}
+    validation = run.splits["validation"]
+    sample = validation.select(range(min(run.args.eval_bleu_samples, len(validation))))
+    model = run.accelerator.unwrap_model(run.model)
+    hypotheses = translate(model, run.tokenizer, sample["source"], run.args.eval_batch_size)
+    return bleu_scores(hypotheses, sample["target"], run.args.target_lang)
 
-    # -- data and the shared BPE vocabulary ------------------------------------------------------------
-    splits = prepare_data(args)
-    if "train" not in splits:
-        raise ValueError("The data has no 'train' split.")
-    with accelerator.main_process_first():
-        tokenizer = load_or_train_tokenizer(args, splits["train"], output_dir)
-    encoded = {
-        name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
-        for name, split in splits.items()
-    }
 
-    # -- model --------------------------------------------------------------------------------------------
-    model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
-    model.generation_config.num_beams = args.num_beams
-    model.generation_config.length_penalty = args.length_penalty
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
+# -- the end of the run ------------------------------------------------------------------------------------
 
-    def loader(split: str, shuffle: bool):
-        data = encoded[split]
-        sampler = TokenBudgetBatchSampler(
-            [len(x) for x in data["input_ids"]],
-            [len(x) for x in data["labels"]],
-            args.max_tokens,
-            shuffle,
-            args.seed,
-        )
-        # A private generator: starting an epoch must not draw from the global RNG that dropout uses,
-        # or a resumed run (which starts its epoch mid-way) would see different dropout masks.
-        generator = torch.Generator().manual_seed(args.seed)
-        return torch.utils.data.DataLoader(
-            data, batch_sampler=sampler, collate_fn=collator, generator=generator
-        ), sampler
 
-    train_loader, train_sampler = loader("train", shuffle=True)
-    valid_loader = loader("validation", shuffle=False)[0] if "validation" in encoded else None
-    tokens_per_batch = sum(len(x) for x in encoded["train"]["labels"]) / max(len(train_sampler), 1)
-    accumulation = args.gradient_accumulation_steps or max(
-        1, round((args.tokens_per_update or 0) / (tokens_per_batch * accelerator.num_processes))
-    )
-
-    # -- Adam (§5.3) with the Eq. 3 schedule ---------------------------------------------------------------
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=1.0, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon
-    )
-    scheduler = transformer_lr_scheduler(optimizer, model.config.d_model, args.warmup_steps, args.lr_scale)
-    model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
-    if valid_loader is not None:
-        valid_loader = accelerator.prepare(valid_loader)
-    accelerator.register_for_checkpointing(scheduler)
-
-    # -- resume ----------------------------------------------------------------------------------------------
-    state = {"step": 0, "epoch": 0, "batches_in_epoch": 0, "elapsed_seconds": 0.0, "history": []}
-    resume_from = latest_checkpoint(checkpoints_root) if args.resume else None
-    if resume_from is not None:
-        accelerator.load_state(str(resume_from / "state"))
-        state = json.loads((resume_from / STATE_FILE).read_text())
-        accelerator.print(f"Resuming from {resume_from} (update {state['step']}).")
-    elif args.resume:
-        accelerator.print(f"No checkpoint under {checkpoints_root}: starting from scratch.")
-    if report_to:
-        accelerator.init_trackers(
-            "translation", config={k: v for k, v in args.to_dict().items() if v is not None}
-        )
-
-    accelerator.print(
-        f"Model: {accelerator.unwrap_model(model).num_parameters():,} parameters; vocabulary {len(tokenizer)}; "
-        f"{len(encoded['train']):,} training pairs in {len(train_sampler)} batches of <= {args.max_tokens} tokens; "
-        f"{accumulation} batch(es) x {accelerator.num_processes} process(es) per update."
-    )
-
-    # -- the update loop ------------------------------------------------------------------------------------
-    model.train()
-    progress = tqdm(
-        total=args.max_steps, initial=state["step"], desc="Training", disable=not accelerator.is_main_process
-    )
-    window_loss, window_batches, window_tokens, window_start = 0.0, 0, 0, time.time()
-    session_start = time.time() - state["elapsed_seconds"]
-    micro_step, done = 0, state["step"] >= args.max_steps
-
-    def out_of_budget() -> bool:
-        over_time = args.max_minutes is not None and time.time() - session_start > 60 * args.max_minutes
-        over_epochs = args.max_epochs is not None and state["epoch"] >= args.max_epochs
-        return state["step"] >= args.max_steps or over_time or over_epochs
-
-    def minutes_left() -> str:
-        """The ETA of whichever budget ends first: updates (at this session's rate) or wall-clock minutes."""
-        elapsed = time.time() - session_start
-        rate = (state["step"] - first_step) / max(time.time() - resumed_at, 1e-9)
-        left = (args.max_steps - state["step"]) / max(rate, 1e-9)
-        if args.max_minutes is not None:
-            left = min(left, 60 * args.max_minutes - elapsed)
-        return f"{max(left, 0) / 60:.1f}min"
-
-    first_step, resumed_at = state["step"], time.time()
-    while not done:
-        train_sampler.set_epoch(state["epoch"])
-        batches = train_loader
-        if state["batches_in_epoch"]:
-            batches = accelerator.skip_first_batches(train_loader, state["batches_in_epoch"])
-        for batch in batches:
-            micro_step += 1
-            state["batches_in_epoch"] += 1
-            loss = model(**batch).loss
-            accelerator.backward(loss / accumulation)
-            window_loss += loss.item()
-            window_batches += 1
-            window_tokens += count_tokens(batch) * accelerator.num_processes
-            if micro_step % accumulation:
-                continue
-            if args.max_grad_norm:
-                accelerator.clip_grad_norm_(model.parameters(), args.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            state["step"] += 1
-            progress.update(1)
-
-            if state["step"] % args.log_every == 0:
-                elapsed = time.time() - window_start
-                metrics = {
-                    "train/loss": window_loss / window_batches,
-                    "train/lr": scheduler.get_last_lr()[0],
-                    "train/tokens_per_second": window_tokens / max(elapsed, 1e-9),
-                }
-                progress.set_postfix(
-                    loss=f"{metrics['train/loss']:.3f}",
-                    lr=f"{metrics['train/lr']:.2e}",
-                    tok_s=f"{metrics['train/tokens_per_second']:,.0f}",
-                    eta=minutes_left(),
-                )
-                accelerator.log(metrics, step=state["step"])
-                if accelerator.is_main_process:
-                    with open(output_dir / "train_log.jsonl", "a", encoding="utf-8") as log:
-                        log.write(json.dumps({"step": state["step"], **metrics}) + "\n")
-                window_loss, window_batches, window_tokens, window_start = 0.0, 0, 0, time.time()
-
-            finished = out_of_budget()
-            if valid_loader is not None and (state["step"] % args.eval_every == 0 or finished):
-                metrics = evaluate_during_training(args, accelerator, model, tokenizer, splits, valid_loader)
-                metrics["elapsed_minutes"] = (time.time() - session_start) / 60
-                state["history"].append({"step": state["step"], **metrics})
-                accelerator.log({f"valid/{k}": v for k, v in metrics.items()}, step=state["step"])
-                accelerator.print(
-                    f"update {state['step']}: valid loss {metrics['loss']:.3f}, "
-                    f"BLEU {metrics['sacrebleu']:.2f} ({metrics['elapsed_minutes']:.1f} min)"
-                )
-            if state["step"] % args.save_every == 0 or finished:
-                state["elapsed_seconds"] = time.time() - session_start
-                save_checkpoint(
-                    accelerator, model, tokenizer, checkpoints_root, state["step"], state, args.keep_last
-                )
-            if finished:
-                done = True
-                break
-        else:
-            state["epoch"] += 1
-            state["batches_in_epoch"] = 0
-            done = out_of_budget()
-    progress.close()
-    training_minutes = (time.time() - session_start) / 60
-
-    # -- final model and test evaluation ------------------------------------------------------------------------
-    results = {"updates": state["step"], "training_minutes": training_minutes}
+def finish(run: Run, state: RunState, training_minutes: float) -> dict:
+    """The final model (last weights, or §6.1's average), its test BLEU, results.json, the card, the plot."""
+    accelerator = run.accelerator
+    results = {"updates": state.step, "training_minutes": training_minutes, "mixed_precision": run.precision}
     if accelerator.is_main_process:
-        final = accelerator.unwrap_model(model)
-        averaged = spaced_checkpoints(checkpoints_root, args.average_last, args.save_every)
-        if len(averaged) > 1:  # §6.1: the last checkpoints averaged
-            average_checkpoints(averaged, output_dir / "model")
-            final = type(final).from_pretrained(output_dir / "model").to(final.device)
-            results["averaged_checkpoints"] = [folder.name for folder in averaged]
-            print(f"Final model: the average of {', '.join(results['averaged_checkpoints'])}.")
-        else:
-            final.save_pretrained(output_dir / "model")
-            tokenizer.save_pretrained(output_dir / "model")
+        final = save_final_model(run, results)
         results["parameters"] = final.num_parameters()
-        results["history"] = state["history"]
-        if "test" in splits:
-            references = args.resolve("tokenized_test_references")
-            scores, samples = evaluate_split(
-                final, tokenizer, splits["test"], args, output_dir / "test_hypotheses.txt", references
-            )
-            results["test"] = scores
-            print("\nSample translations (test):")
-            for source, hypothesis, reference in samples:
-                print(f"  source:     {source}\n  hypothesis: {hypothesis}\n  reference:  {reference}\n")
-            print(
-                f"Test BLEU: sacreBLEU (cased, 13a) {scores['sacrebleu']:.2f}; "
-                f"lowercased tokenized {scores['bleu_lc_tok']:.2f}"
-            )
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2))
-        write_translation_card(args, final, results, output_dir / "model")
-        plot = plot_history(
-            state["history"], output_dir / "bleu_curve.png", f"{args.source_lang} -> {args.target_lang}"
-        )
+        results["history"] = state.history
+        if "test" in run.splits:
+            results["test"] = evaluate_test_split(run, final)
+        (run.output_dir / "results.json").write_text(json.dumps(results, indent=2))
+        write_translation_card(run.args, final, results, run.output_dir / "model")
+        pair = f"{run.args.source_lang} -> {run.args.target_lang}"
+        plot = plot_history(state.history, run.output_dir / "bleu_curve.png", pair)
         if plot is not None:
             print(f"Validation curve: {plot}")
-        print(f"Model saved to {output_dir / 'model'} after {training_minutes:.1f} minutes of training.")
+        print(f"Model saved to {run.output_dir / 'model'} after {training_minutes:.1f} minutes of training.")
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
+
+
+def save_final_model(run: Run, results: dict):
+    """``output_dir/model``: the average of the last ``average_last`` checkpoints (§6.1), else the last
+    weights (fp32: mixed precision computes in bf16, it never casts the weights)."""
+    final = run.accelerator.unwrap_model(run.model)
+    averaged = spaced_checkpoints(run.checkpoints, run.args.average_last, run.args.save_every)
+    if len(averaged) > 1:
+        average_checkpoints(averaged, run.output_dir / "model")
+        results["averaged_checkpoints"] = [folder.name for folder in averaged]
+        print(f"Final model: the average of {', '.join(results['averaged_checkpoints'])}.")
+        return type(final).from_pretrained(run.output_dir / "model").to(final.device)
+    final.save_pretrained(run.output_dir / "model")
+    run.tokenizer.save_pretrained(run.output_dir / "model")
+    return final
+
+
+def evaluate_test_split(run: Run, model) -> dict:
+    """Translate the test split in the run's precision; print three samples; both BLEUs."""
+    args = run.args
+    references = data_path(args.tokenized_test_references, args.data_dir)
+    hypotheses_file = run.output_dir / "test_hypotheses.txt"
+    with run.accelerator.autocast():
+        scores, samples = evaluate_split(
+            model, run.tokenizer, run.splits["test"], args, hypotheses_file, references
+        )
+    print("\nSample translations (test):")
+    for source, hypothesis, reference in samples:
+        print(f"  source:     {source}\n  hypothesis: {hypothesis}\n  reference:  {reference}\n")
+    print(
+        f"Test BLEU: sacreBLEU (cased, 13a) {scores['sacrebleu']:.2f}; "
+        f"lowercased tokenized {scores['bleu_lc_tok']:.2f}"
+    )
+    return scores
 
 
 def write_translation_card(args, model, results: dict, folder: Path) -> Path:
@@ -350,6 +583,7 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
         "optimizer": f"Adam({args.adam_beta1}, {args.adam_beta2}, eps={args.adam_epsilon}), Eq. 3 "
         f"(warmup {args.warmup_steps}, scale {args.lr_scale})",
         "label smoothing": model.config.label_smoothing,
+        "precision": describe_precision(results["mixed_precision"]),
         "final model": ", ".join(results.get("averaged_checkpoints", [])) or "last weights",
     }
     return write_model_card(
@@ -366,29 +600,6 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
     )
 
 
-def evaluate_during_training(args, accelerator, model, tokenizer, splits, valid_loader) -> dict:
-    """Validation loss on the whole split, BLEU from beam search on its first ``eval_bleu_samples``.
-
-    Runs in a forked RNG so that evaluating never changes the training run's random stream."""
-    with torch.random.fork_rng(devices=[]):
-        return _evaluate(args, accelerator, model, tokenizer, splits, valid_loader)
-
-
-def _evaluate(args, accelerator, model, tokenizer, splits, valid_loader) -> dict:
-    metrics = {"loss": validation_loss(model, valid_loader, accelerator)}
-    metrics["perplexity"] = math.exp(min(metrics["loss"], 50))
-    if accelerator.is_main_process:
-        sample = splits["validation"].select(range(min(args.eval_bleu_samples, len(splits["validation"]))))
-        hypotheses = translate(
-            accelerator.unwrap_model(model), tokenizer, sample["source"], args.eval_batch_size
-        )
-        metrics |= bleu_scores(hypotheses, sample["target"], args.target_lang)
-    else:
-        metrics |= {"sacrebleu": float("nan"), "bleu_lc_tok": float("nan")}
-    model.train()
-    return metrics
-
-
 def evaluate_split(
     model, tokenizer, split, args, hypotheses_file: Path, tokenized_references: str | None = None
 ):
@@ -403,4 +614,4 @@ def evaluate_split(
     return scores, samples
 
 
-__all__ = ["train", "build_model_config", "evaluate_split"]
+__all__ = ["train", "build_model_config", "evaluate_split", "prepare_data"]

@@ -1,0 +1,221 @@
+"""Recipes: YAML files of settings, parsed into a run's argument dataclasses by ``HfArgumentParser``.
+
+One way for both tasks (translation: ``TranslationTrainingArguments``; classification:
+``ClassificationArguments`` and ``transformers.TrainingArguments`` side by side):
+
+* A recipe is a mapping of ``setting: value``. A key that no dataclass of the run knows is refused,
+  with the file, the key and the known settings named.
+* The model's settings live only in its ``model:`` block: ``VanillaTransformerConfig`` fields, with an
+  optional ``preset: base | big`` (Table 3) underneath them. A recipe's block replaces the built-in
+  one; an unknown field, or one the run derives itself (vocabulary size, special tokens), is refused.
+* ``--set key=value`` overrides a setting; ``--set model.d_model=64`` edits one field of the model
+  block; ``--set 'model={preset: base}'`` replaces the whole block.
+* YAML 1.2 scalars: only true/false are booleans (``eval_strategy: no`` stays the string "no") and
+  ``3e-4`` is a float, not a string.
+
+Example (a translation recipe)::
+
+    dataset: json
+    train_file: multi30k/train.jsonl.gz
+    mixed_precision: auto
+    model:
+      d_model: 256
+      d_ff: 1024
+      num_heads: 4
+      num_encoder_layers: 3
+      num_decoder_layers: 3
+      dropout: 0.2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import yaml
+from transformers import HfArgumentParser
+
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..precision import bf16_hardware, resolve_mixed_precision
+
+MODEL_BLOCK = "model"
+PRESET_KEY = "preset"
+
+
+class _RecipeLoader(yaml.SafeLoader):
+    """PyYAML's loader with YAML 1.2 booleans and exponent floats (see the module docstring)."""
+
+
+_RecipeLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def parse_yaml(text: str):
+    """Parse a recipe or a ``--set`` value."""
+    return yaml.load(text, Loader=_RecipeLoader)
+
+
+def read_recipe(path: str | Path) -> dict:
+    """The settings of a YAML recipe file (a mapping; the ``model:`` block a mapping too)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such recipe file: {path}")
+    values = parse_yaml(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: a recipe must be a mapping of setting: value.")
+    if not isinstance(values.get(MODEL_BLOCK, {}), dict):
+        raise ValueError(f"{path}: `model:` must be a mapping of VanillaTransformerConfig fields.")
+    return values
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict:
+    """``["max_steps=400", "model.d_model=64"]`` -> ``{"max_steps": 400, "model.d_model": 64}``."""
+    overrides = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise ValueError(f"--set expects key=value, got {pair!r}")
+        key, value = pair.split("=", 1)
+        overrides[key.strip().replace("-", "_")] = parse_yaml(value)
+    return overrides
+
+
+def apply_overrides(values: Mapping, overrides: Mapping | None, default_model: dict) -> dict:
+    """``values`` with ``overrides`` applied: a plain key replaces a setting (``model``: the whole block);
+    ``model.<field>`` edits one field of the block (the recipe's, else ``default_model``)."""
+    values, overrides = dict(values), dict(overrides or {})
+    dotted = {key: overrides.pop(key) for key in list(overrides) if "." in key}
+    values.update(overrides)
+    for key, value in dotted.items():
+        block, name = key.split(".", 1)
+        if block != MODEL_BLOCK:
+            raise ValueError(f"Only the model block takes dotted settings (model.<field>), not {key!r}.")
+        values[MODEL_BLOCK] = {**values.get(MODEL_BLOCK, default_model), name: value}
+    return values
+
+
+def parse_settings(values: dict, dataclass_types: tuple, where: str, from_file: Iterable[str] = ()) -> tuple:
+    """``values`` into one instance of each of ``dataclass_types`` (``HfArgumentParser.parse_dict``).
+
+    An unknown key is refused with ``where`` (the recipe file) or ``--set`` named; an error raised
+    while building the dataclasses (a bad value, an unknown model field) is prefixed with ``where``."""
+    known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        in_file = [key for key in unknown if key in set(from_file)]
+        source = where.split(" (with")[0] if in_file else "--set"
+        raise ValueError(
+            f"Unknown setting(s) in {source}: {', '.join(in_file or unknown)}. "
+            f"Known settings: {', '.join(sorted(known))}."
+        )
+    try:
+        return HfArgumentParser(dataclass_types).parse_dict(values, allow_extra_keys=False)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from error
+
+
+def default_model_block(dataclass_types: tuple) -> dict:
+    """The built-in ``model:`` block: the default of the ``model`` field of the run's arguments."""
+    for cls in dataclass_types:
+        for f in dataclasses.fields(cls):
+            if f.name == MODEL_BLOCK:
+                return f.default_factory()
+    return {}
+
+
+def parse_recipe(
+    dataclass_types: tuple, recipe: str | None = None, overrides: Mapping | None = None
+) -> tuple:
+    """Read ``recipe`` (none: the dataclasses' defaults, the built-in job), apply ``overrides``, parse."""
+    from_file = read_recipe(recipe) if recipe else {}
+    values = apply_overrides(from_file, overrides, default_model_block(dataclass_types))
+    return parse_settings(values, dataclass_types, source_name(recipe, overrides), from_file)
+
+
+def source_name(recipe: str | None, overrides: Mapping | None) -> str:
+    """How errors name where the settings came from: the recipe file, ``--set``, or both."""
+    if recipe is None:
+        return "--set"
+    return f"{recipe} (with --set overrides)" if overrides else str(recipe)
+
+
+# -- the model block ---------------------------------------------------------------------------------
+
+CONFIG_FIELDS = tuple(VanillaTransformerConfig.__annotations__)  # Table 3's names, not the HF aliases
+
+
+def check_model_block(block: dict, set_by_run: Iterable[str]) -> None:
+    """Refuse a key that is no ``VanillaTransformerConfig`` field, or a field the run sets itself."""
+    if not isinstance(block, dict):
+        raise ValueError(f"`model` must be a mapping of VanillaTransformerConfig fields, got {block!r}.")
+    set_by_run = set(set_by_run)
+    allowed = [PRESET_KEY] + [name for name in CONFIG_FIELDS if name not in set_by_run]
+    unknown = sorted(set(block) - set(CONFIG_FIELDS) - {PRESET_KEY})
+    if unknown:
+        raise ValueError(
+            f"Unknown model setting(s): {', '.join(f'model.{key}' for key in unknown)}. The model block "
+            f"takes VanillaTransformerConfig fields: {', '.join(allowed)}."
+        )
+    derived = sorted(set(block) & set_by_run)
+    if derived:
+        raise ValueError(
+            f"{', '.join(f'model.{key}' for key in derived)}: set by the run itself (from the tokenizer and "
+            "the data), not by the recipe."
+        )
+    build_config(block)  # a bad value (e.g. norm_position: middle) fails now, before any work is done
+
+
+def build_config(block: dict, defaults: dict | None = None, **run_values) -> VanillaTransformerConfig:
+    """The model's config: the block's ``preset`` (Table 3) or the config's defaults, then ``defaults``
+    (values the run suggests, e.g. a position limit from the data), the block's fields, and the
+    values only the run knows (vocabulary, special tokens)."""
+    fields = {key: value for key, value in block.items() if key != PRESET_KEY}
+    fields = {**(defaults or {}), **fields, **run_values}
+    preset = block.get(PRESET_KEY)
+    return (
+        VanillaTransformerConfig.from_preset(preset, **fields)
+        if preset
+        else VanillaTransformerConfig(**fields)
+    )
+
+
+# -- mixed precision -----------------------------------------------------------------------------------
+
+
+def mixed_precision_record(setting: str, device) -> dict:
+    """What ``mixed_precision`` resolves to on ``device``, for the log line, results.json and the card."""
+    return {
+        "setting": setting,
+        "used": resolve_mixed_precision(setting, device),
+        "hardware": bf16_hardware(device),
+    }
+
+
+def describe_precision(record: dict) -> str:
+    used = "bf16 autocast, fp32 weights" if record["used"] == "bf16" else "fp32"
+    return f"{used} (mixed_precision: {record['setting']}; {record['hardware']})"
+
+
+__all__ = [
+    "parse_yaml",
+    "read_recipe",
+    "parse_overrides",
+    "parse_recipe",
+    "apply_overrides",
+    "parse_settings",
+    "check_model_block",
+    "build_config",
+    "mixed_precision_record",
+    "describe_precision",
+]
