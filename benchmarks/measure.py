@@ -47,7 +47,7 @@ def measure_peak(threads: int, repeats: int) -> dict:
 
 
 def measure_train(system, preset: dict, repeats: int) -> dict:
-    vocab = preset["vocab"]
+    vocab = preset["vocab_size"]
     source = random_sentences(TRAIN_BATCH, SOURCE_LENGTH, vocab, seed=1)
     target = random_sentences(TRAIN_BATCH, TARGET_LENGTH, vocab, seed=2)
     decoder_input = torch.cat([torch.full((TRAIN_BATCH, 1), system.start), target[:, :-1]], dim=1)
@@ -80,7 +80,7 @@ def greedy_reference(name: str, system, source: torch.Tensor) -> torch.Tensor | 
 
 
 def measure_generate(name: str, system, preset: dict, repeats: int) -> dict:
-    vocab = preset["vocab"]
+    vocab = preset["vocab_size"]
     results = {}
     check = random_sentences(4, SOURCE_LENGTH, vocab, seed=3)
     torch.manual_seed(0)

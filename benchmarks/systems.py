@@ -76,12 +76,7 @@ class Ours(TrainingStep):
         from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
         config = VanillaTransformerConfig(
-            vocab_size=preset["vocab"],
-            d_model=preset["d_model"],
-            d_ff=preset["d_ff"],
-            num_heads=preset["heads"],
-            num_encoder_layers=preset["layers"],
-            num_decoder_layers=preset["layers"],
+            **preset,
             dropout=DROPOUT,
             label_smoothing=LABEL_SMOOTHING,
             max_position_embeddings=512,
@@ -114,15 +109,15 @@ class Marian(TrainingStep):
     def __init__(self, preset: dict):
         from transformers import MarianConfig, MarianMTModel
 
-        vocab = preset["vocab"]
+        vocab = preset["vocab_size"]
         self.pad = vocab - 1
         self.config = MarianConfig(
             vocab_size=vocab,
             d_model=preset["d_model"],
-            encoder_layers=preset["layers"],
-            decoder_layers=preset["layers"],
-            encoder_attention_heads=preset["heads"],
-            decoder_attention_heads=preset["heads"],
+            encoder_layers=preset["num_encoder_layers"],
+            decoder_layers=preset["num_decoder_layers"],
+            encoder_attention_heads=preset["num_heads"],
+            decoder_attention_heads=preset["num_heads"],
             encoder_ffn_dim=preset["d_ff"],
             decoder_ffn_dim=preset["d_ff"],
             activation_function="relu",
@@ -224,14 +219,14 @@ class TorchTransformerModel(nn.Module):
         super().__init__()
         d = preset["d_model"]
         self.scale = math.sqrt(d)
-        self.embed = nn.Embedding(preset["vocab"], d)
+        self.embed = nn.Embedding(preset["vocab_size"], d)
         nn.init.normal_(self.embed.weight, std=d**-0.5)
         self.positions = SinusoidalPositions(d)
         self.transformer = nn.Transformer(
             d_model=d,
-            nhead=preset["heads"],
-            num_encoder_layers=preset["layers"],
-            num_decoder_layers=preset["layers"],
+            nhead=preset["num_heads"],
+            num_encoder_layers=preset["num_encoder_layers"],
+            num_decoder_layers=preset["num_decoder_layers"],
             dim_feedforward=preset["d_ff"],
             dropout=DROPOUT,
             batch_first=True,
