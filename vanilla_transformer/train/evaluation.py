@@ -7,6 +7,10 @@ Two scores:
 * ``bleu_lc_tok``: the Multi30k shared-task convention: hypotheses lowercased, Moses-normalised and
   tokenized (``escape=False``, no aggressive dash splitting), scored with ``tokenize="none"`` against
   references processed the same way (or the task's official tokenized reference files).
+
+Both call sacreBLEU directly (and the classifier's metrics are numpy), not the ``evaluate`` library:
+``evaluate.load("sacrebleu")`` downloads the metric's script from the Hugging Face Hub at run time,
+which machines without network (ours, CI) cannot reach.
 """
 
 from __future__ import annotations
