@@ -1,0 +1,249 @@
+"""CTranslate2 export: the engine reproduces generate()'s greedy tokens on a trained model, scores targets
+as PyTorch does for every architecture variant it can express, and refuses what it cannot."""
+
+import json
+import random
+import sys
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.ctranslate2_export import export_ctranslate2, translate_ctranslate2
+from vanilla_transformer.tokenization import train_bpe_tokenizer
+from vanilla_transformer.train.evaluation import translate
+
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason='the optional CTranslate2 engine: pip install "vanilla-transformer[bench]"'
+)
+
+WORDS = "red blue green cat dog bird one two three big small fast".split()
+
+
+def reversal_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+    """A toy translation task: the target is the source's words in reverse order (2 to 6 words)."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(n):
+        words = rng.choices(WORDS, k=rng.randint(2, 6))
+        pairs.append((" ".join(words), " ".join(reversed(words))))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def trained_folder(tmp_path_factory):
+    """A small model trained for a few seconds on the reversal task, saved with its tokenizer."""
+    pairs = reversal_pairs(2000, seed=0)
+    tokenizer = train_bpe_tokenizer(
+        [text for pair in pairs for text in pair], vocab_size=300, min_frequency=1
+    )
+    config = tiny_config(
+        vocab_size=len(tokenizer), d_model=32, d_ff=64, label_smoothing=0.0, max_position_embeddings=64
+    )
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(250):
+        batch = pairs[(step * 32) % len(pairs) :][:32]
+        inputs = tokenizer(
+            [source for source, _ in batch],
+            text_target=[target for _, target in batch],
+            padding=True,
+            return_tensors="pt",
+        )
+        labels = inputs["labels"].masked_fill(inputs["labels"] == tokenizer.pad_token_id, -100)
+        loss = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=labels
+        ).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    folder = tmp_path_factory.mktemp("trained")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def exported(trained_folder, tmp_path_factory):
+    return export_ctranslate2(trained_folder, tmp_path_factory.mktemp("ct2") / "model")
+
+
+@pytest.fixture(scope="module")
+def reference(trained_folder):
+    from transformers import AutoTokenizer
+
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(trained_folder).eval()
+    return model, AutoTokenizer.from_pretrained(trained_folder)
+
+
+SENTENCES = [
+    "red cat",
+    "big dog one two",
+    "three small fast birds green",
+    "blue blue green red dog cat",
+    "one",
+    "fast big red",
+]
+
+
+def generate_ids(model, tokenizer, sentences: list[str]) -> list[list[int]]:
+    """Greedy ids from generate() on one padded batch, without the start token, </s> and padding."""
+    batch = tokenizer(sentences, padding=True, return_tensors="pt")
+    output = model.generate(**batch, num_beams=1, do_sample=False)
+    rows = []
+    for row in output[:, 1:].tolist():
+        rows.append(row[: row.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in row else row)
+    return rows
+
+
+def ctranslate2_ids(folder, tokenizer, sentences: list[str]) -> list[list[int]]:
+    translator = ctranslate2.Translator(str(folder), device="cpu")
+    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
+    longest = max(len(tokens) for tokens in sources)  # generate()'s bound: source length + 50 (§6.1)
+    results = translator.translate_batch(
+        sources, beam_size=1, min_decoding_length=0, max_decoding_length=longest + 50
+    )
+    return [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
+
+
+def test_greedy_tokens_match_generate_sentence_by_sentence(exported, reference):
+    model, tokenizer = reference
+    expected = [generate_ids(model, tokenizer, [sentence])[0] for sentence in SENTENCES]
+    # The check means something only if the model says different things of different lengths.
+    assert len({tuple(ids) for ids in expected}) == len(SENTENCES)
+    assert len({len(ids) for ids in expected}) > 2
+    got = [ctranslate2_ids(exported, tokenizer, [sentence])[0] for sentence in SENTENCES]
+    assert got == expected
+
+
+def test_greedy_tokens_match_generate_in_a_padded_batch(exported, reference):
+    model, tokenizer = reference
+    lengths = [len(ids) for ids in tokenizer(SENTENCES)["input_ids"]]
+    assert len(set(lengths)) > 1  # the short rows are padded
+    assert ctranslate2_ids(exported, tokenizer, SENTENCES) == generate_ids(model, tokenizer, SENTENCES)
+
+
+def test_translate_ctranslate2_gives_translate_text(exported, reference):
+    model, tokenizer = reference
+    expected = translate(model, tokenizer, SENTENCES, batch_size=4, num_beams=1)
+    assert translate_ctranslate2(exported, SENTENCES, beam_size=1, batch_size=4) == expected
+    beam = translate_ctranslate2(exported, SENTENCES)  # §6.1 defaults: beam 4, alpha 0.6
+    assert len(beam) == len(SENTENCES) and all(isinstance(text, str) for text in beam)
+    assert translate_ctranslate2(exported, []) == []
+
+
+def test_exported_folder_carries_vocabulary_start_token_and_tokenizer(exported, reference):
+    from transformers import AutoTokenizer
+
+    model, tokenizer = reference
+    vocabulary = json.loads((exported / "shared_vocabulary.json").read_text())
+    assert vocabulary == tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    config = json.loads((exported / "config.json").read_text())
+    assert config["decoder_start_token"] == vocabulary[model.config.decoder_start_token_id] == "<s>"
+    assert (config["eos_token"], config["add_source_eos"], config["add_source_bos"]) == ("</s>", False, False)
+    assert config["layer_norm_epsilon"] == pytest.approx(model.config.layer_norm_eps)
+    loaded = AutoTokenizer.from_pretrained(exported)
+    assert loaded("red cat")["input_ids"] == tokenizer("red cat")["input_ids"]
+    assert json.loads((exported / "generation_config.json").read_text())["num_beams"] == 4
+
+
+def test_int8_export_translates(trained_folder, exported, tmp_path):
+    folder = export_ctranslate2(trained_folder, tmp_path / "int8", quantization="int8")
+    assert (folder / "model.bin").stat().st_size < (exported / "model.bin").stat().st_size
+    translations = translate_ctranslate2(folder, SENTENCES, beam_size=1)
+    float32 = translate_ctranslate2(exported, SENTENCES, beam_size=1)
+    assert sum(a == b for a, b in zip(translations, float32, strict=True)) >= len(SENTENCES) // 2
+
+
+# -- every setting CTranslate2 can express, checked on the log-probabilities of given targets ----------
+
+
+VARIANTS = {
+    "paper": {},
+    "pre_norm_learned_gelu_unshared_untied_no_bias": dict(
+        norm_position="pre",
+        position_encoding="learned",
+        activation="gelu",
+        attention_bias=False,
+        share_embeddings=False,
+        tie_word_embeddings=False,
+        scale_embedding=False,
+        layer_norm_eps=1e-3,
+    ),
+    "wide_heads_silu_eos_start": dict(d_k=8, d_v=8, activation="silu", decoder_start_token_id=2),
+    "gelu_tanh": dict(activation="gelu_new", num_encoder_layers=1, num_decoder_layers=3),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_ctranslate2_scores_targets_as_pytorch_does(variant, tokenizer, tmp_path):
+    model = VanillaTransformerForConditionalGeneration(tiny_config(**VARIANTS[variant])).eval()
+    with torch.no_grad():  # random weights large enough that every position and layer matters
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    folder = export_ctranslate2(tmp_path / "model", tmp_path / "ct2")
+
+    sources = ["a wonderful film with a great cast", "정말 지루한 영화"]  # different lengths: one is padded
+    targets = [tokenizer(text)["input_ids"][:-1] for text in ("great acting and a story", "a boring plot")]
+    scored = ctranslate2.Translator(str(folder)).score_batch(
+        [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sources)["input_ids"]],
+        [tokenizer.convert_ids_to_tokens(ids) for ids in targets],
+    )
+    batch = tokenizer(sources, padding=True, return_tensors="pt")
+    start, eos = model.config.decoder_start_token_id, model.config.eos_token_id
+    for row, (ids, result) in enumerate(zip(targets, scored, strict=True)):
+        with torch.no_grad():
+            logits = model(
+                input_ids=batch["input_ids"][row : row + 1],
+                attention_mask=batch["attention_mask"][row : row + 1],
+                decoder_input_ids=torch.tensor([[start, *ids]]),
+            ).logits
+        expected = logits.log_softmax(-1)[0].gather(-1, torch.tensor([*ids, eos])[:, None])[:, 0]
+        torch.testing.assert_close(torch.tensor(result.log_probs), expected, atol=1e-4, rtol=1e-5)
+
+
+# -- what it refuses ----------------------------------------------------------------------------------
+
+
+def test_refuses_a_folder_that_is_not_a_translation_model(tokenizer, tmp_path):
+    from vanilla_transformer import VanillaTransformerForSequenceClassification
+
+    classifier = VanillaTransformerForSequenceClassification(
+        tiny_config(is_encoder_decoder=False, num_labels=2)
+    )
+    classifier.save_pretrained(tmp_path / "classifier")
+    tokenizer.save_pretrained(tmp_path / "classifier")
+    with pytest.raises(ValueError, match="needs a translation model"):
+        export_ctranslate2(tmp_path / "classifier", tmp_path / "out")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        export_ctranslate2(tmp_path / "nothing-here", tmp_path / "out")
+
+
+def test_refuses_a_folder_without_tokenizer_or_an_unsupported_setting(tokenizer, tmp_path):
+    VanillaTransformerForConditionalGeneration(tiny_config()).save_pretrained(tmp_path / "bare")
+    with pytest.raises(FileNotFoundError, match="no tokenizer"):
+        export_ctranslate2(tmp_path / "bare", tmp_path / "out")
+
+    VanillaTransformerForConditionalGeneration(tiny_config(d_k=4, d_v=8)).save_pretrained(tmp_path / "odd")
+    tokenizer.save_pretrained(tmp_path / "odd")
+    with pytest.raises(ValueError, match="d_k=4, d_v=8"):
+        export_ctranslate2(tmp_path / "odd", tmp_path / "out")
+    with pytest.raises(ValueError, match="Unknown quantization 'int4'"):
+        export_ctranslate2(tmp_path / "odd", tmp_path / "out", quantization="int4")
+
+
+def test_keeps_an_existing_output_folder_unless_forced(trained_folder, exported):
+    with pytest.raises(FileExistsError, match="force=True"):
+        export_ctranslate2(trained_folder, exported)
+    with pytest.raises(ValueError, match="must differ"):
+        export_ctranslate2(trained_folder, trained_folder, force=True)
+
+
+def test_names_the_extra_when_ctranslate2_is_missing(trained_folder, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` now raises ImportError
+    with pytest.raises(ImportError, match=r'pip install "vanilla-transformer\[bench\]"'):
+        export_ctranslate2(trained_folder, tmp_path / "out")
