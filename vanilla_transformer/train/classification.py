@@ -130,7 +130,7 @@ def load_classification_arguments(
         values["bf16"] = resolve_mixed_precision(setting, device) == "bf16"
         if values["bf16"] and cpu:
             values["use_cpu"] = True  # the Trainer takes bf16 on a CPU only when told it runs there
-    return parse_settings(values, types, where, from_file)
+    return parse_settings(values, types, recipe, from_file, overrides)
 
 
 def clean_text(text: str) -> str:

@@ -105,24 +105,29 @@ def apply_overrides(values: Mapping, overrides: Mapping | None, default_model: d
     return values
 
 
-def parse_settings(values: dict, dataclass_types: tuple, where: str, from_file: Iterable[str] = ()) -> tuple:
+def parse_settings(
+    values: dict,
+    dataclass_types: tuple,
+    recipe: str | None = None,
+    from_file: Mapping | None = None,
+    overrides: Mapping | None = None,
+) -> tuple:
     """``values`` into one instance of each of ``dataclass_types`` (``HfArgumentParser.parse_dict``).
 
-    An unknown key is refused with ``where`` (the recipe file) or ``--set`` named; an error raised
-    while building the dataclasses (a bad value, an unknown model field) is prefixed with ``where``."""
+    An unknown key is refused with the recipe file (or ``--set``) named; an error raised while building
+    the dataclasses (a bad value, an unknown model field) is prefixed with where the settings came from."""
     known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(values) - known)
     if unknown:
-        in_file = [key for key in unknown if key in set(from_file)]
-        source = where.split(" (with")[0] if in_file else "--set"
+        in_file = [key for key in unknown if key in (from_file or {})]
         raise ValueError(
-            f"Unknown setting(s) in {source}: {', '.join(in_file or unknown)}. "
+            f"Unknown setting(s) in {recipe if in_file else '--set'}: {', '.join(in_file or unknown)}. "
             f"Known settings: {', '.join(sorted(known))}."
         )
     try:
         return HfArgumentParser(dataclass_types).parse_dict(values, allow_extra_keys=False)
     except ValueError as error:
-        raise ValueError(f"{where}: {error}") from error
+        raise ValueError(f"{source_name(recipe, overrides)}: {error}") from error
 
 
 def default_model_block(dataclass_types: tuple) -> dict:
@@ -140,7 +145,7 @@ def parse_recipe(
     """Read ``recipe`` (none: the dataclasses' defaults, the built-in job), apply ``overrides``, parse."""
     from_file = read_recipe(recipe) if recipe else {}
     values = apply_overrides(from_file, overrides, default_model_block(dataclass_types))
-    return parse_settings(values, dataclass_types, source_name(recipe, overrides), from_file)
+    return parse_settings(values, dataclass_types, recipe, from_file, overrides)
 
 
 def source_name(recipe: str | None, overrides: Mapping | None) -> str:
@@ -152,7 +157,12 @@ def source_name(recipe: str | None, overrides: Mapping | None) -> str:
 
 # -- the model block ---------------------------------------------------------------------------------
 
-CONFIG_FIELDS = tuple(VanillaTransformerConfig.__annotations__)  # Table 3's names, not the HF aliases
+# The config's own fields (Table 3's names; not the HF aliases, nor PretrainedConfig's generic fields).
+CONFIG_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(VanillaTransformerConfig)
+    if f.name in VanillaTransformerConfig.__annotations__
+)
 
 
 def check_model_block(block: dict, set_by_run: Iterable[str]) -> None:
