@@ -82,10 +82,12 @@ def test_output_length_is_bounded_by_input_length_plus_50(tmp_path, reload):
         model.save_pretrained(tmp_path)
         model = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
         assert model.generation_config.max_new_tokens_over_source == 50
-    source = random_ids(2, 7)
+    # Every row padded (the padded width, 10, must not be what the bound reads): per batch, the longest
+    # real source (7 tokens) + 50, plus the start token.
+    source = torch.cat([random_ids(2, 7), torch.full((2, 3), PAD)], dim=1)
     source[1, 3:] = PAD
     out = model.generate(
         input_ids=source, attention_mask=(source != PAD).long(), suppress_tokens=[EOS], num_beams=2
     )
-    assert out.shape[1] == 1 + 7 + 50  # start token + longest real source + 50
+    assert out.shape[1] == 1 + 7 + 50
     assert model.generate(input_ids=source, max_new_tokens=3, suppress_tokens=[EOS]).shape[1] == 4

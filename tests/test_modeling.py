@@ -71,6 +71,46 @@ def test_post_ln_sublayer_wiring_is_layernorm_of_x_plus_sublayer():
     )
 
 
+def test_pre_ln_sublayer_wiring_is_x_plus_sublayer_of_layernorm():
+    """The pre-LN flag: x + Sublayer(LayerNorm(x)), and one final LayerNorm per stack."""
+    layer = VanillaTransformerModel(encoder_only_config(norm_position="pre")).encoder.layers[0].eval()
+    x = torch.randn(2, 5, 16)
+    attended, _ = layer.self_attn(layer.self_attn_layer_norm(x))
+    middle = x + attended
+    expected = middle + layer.ffn(layer.final_layer_norm(middle))
+    torch.testing.assert_close(layer(x)[0], expected)
+
+
+@pytest.mark.parametrize("norm_position", ["post", "pre"])
+def test_stacks_add_the_positional_encoding_to_the_scaled_embeddings(norm_position):
+    """§3.5 inside the model: each stack's input is embed(ids) * sqrt(d_model) + PE(position), for the
+    encoder, the decoder, and a cached decoding step (its position is the number of tokens before it)."""
+    from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding
+
+    model = seq2seq(norm_position=norm_position)
+    weight, scale = model.model.encoder.embed_tokens.weight, 16**0.5
+    source, target = random_ids(2, 7), random_ids(2, 5)
+    with torch.no_grad():
+        out = model(input_ids=source, decoder_input_ids=target, output_hidden_states=True)
+        expected = F.embedding(source, weight) * scale + sinusoidal_position_encoding(torch.arange(7), 16)
+        torch.testing.assert_close(out.encoder_hidden_states[0], expected)
+        expected = F.embedding(target, weight) * scale + sinusoidal_position_encoding(torch.arange(5), 16)
+        torch.testing.assert_close(out.decoder_hidden_states[0], expected)
+
+        prefix = model(input_ids=source, decoder_input_ids=target[:, :4], use_cache=True)
+        step = model(
+            encoder_outputs=(prefix.encoder_last_hidden_state,),
+            decoder_input_ids=target[:, 4:],
+            past_key_values=prefix.past_key_values,
+            output_hidden_states=True,
+        )
+        expected = F.embedding(target[:, 4:], weight) * scale + sinusoidal_position_encoding(
+            torch.tensor([4]), 16
+        )
+        torch.testing.assert_close(step.decoder_hidden_states[0], expected)
+        torch.testing.assert_close(step.logits[:, -1], out.logits[:, -1], rtol=1e-4, atol=1e-4)
+
+
 def test_three_way_weight_tying():
     model = seq2seq()
     source = model.model.encoder.embed_tokens.weight

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import transformers
 
+DOWNLOAD_TIMEOUT_S = 300
 SOURCES = ("test_modeling_common.py", "test_configuration_common.py")
 # Non-default values for PretrainedConfig's common fields, for ConfigTester.check_config_arguments_init.
 COMMON_KWARGS = {
@@ -53,7 +54,11 @@ STANDINS = {
 
 
 def ensure_transformers_tests() -> Path | None:
-    """Return a folder holding the ``hf_tests`` package (put it on ``sys.path``), or None when offline."""
+    """Return a folder holding the ``hf_tests`` package (put it on ``sys.path``), or None when the sdist
+    could not be had (offline, or PyPI did not answer within ``DOWNLOAD_TIMEOUT_S``).
+
+    ``.ci/run`` calls this before the tests (``python tests/conformance/transformers_tests.py``), so the
+    download happens once, outside test collection, and a failure there stops CI."""
     version = transformers.__version__
     root = Path(
         os.environ.get("VT_TRANSFORMERS_TESTS_DIR")
@@ -63,23 +68,27 @@ def ensure_transformers_tests() -> Path | None:
         return root
     root.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root.parent) as scratch:
-        download = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                f"transformers=={version}",
-                "-d",
-                scratch,
-            ],
-            capture_output=True,
-            text=True,
-        )
+        try:
+            download = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    f"transformers=={version}",
+                    "-d",
+                    scratch,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=DOWNLOAD_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            return None
         archives = list(Path(scratch).glob("transformers-*.tar.gz"))
         if download.returncode != 0 or not archives:
             return None
@@ -98,3 +107,10 @@ def ensure_transformers_tests() -> Path | None:
             shutil.rmtree(root)
         os.replace(staging, root)
     return root
+
+
+if __name__ == "__main__":  # .ci/run warms the cache with this
+    folder = ensure_transformers_tests()
+    if folder is None:
+        raise SystemExit(f"Could not fetch transformers {transformers.__version__}'s test sources from PyPI.")
+    print(f"transformers' common tests cached in {folder}")
