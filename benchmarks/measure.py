@@ -14,7 +14,7 @@ import time
 import torch
 
 from .presets import NEW_TOKENS, PRESETS, SOURCE_LENGTH, TARGET_LENGTH, TRAIN_BATCH, training_flops
-from .systems import EOS, SYSTEMS, build
+from .systems import EOS, SYSTEMS, build, fixed_length_generate
 
 GENERATION_SETTINGS = [(1, 1), (1, 4), (32, 1), (32, 4)]  # (batch, beams)
 
@@ -39,11 +39,15 @@ def timed(function, repeats: int, warmup: int) -> list[float]:
 
 
 def measure_peak(threads: int, repeats: int) -> dict:
-    """fp32 matmul throughput of this machine at this thread count: the peak that MFU is measured against."""
+    """fp32 and bf16 matmul throughput (2048^3) of this machine at this thread count: the peaks that MFU
+    is measured against."""
     size = 2048
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    times = timed(lambda: torch.mm(a, b), repeats=max(repeats, 5), warmup=2)
-    return {"matmul_gflops": 2 * size**3 / statistics.median(times) / 1e9}
+    peaks = {}
+    for name, dtype in (("matmul_gflops", torch.float32), ("bf16_matmul_gflops", torch.bfloat16)):
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        times = timed(lambda a=a, b=b: torch.mm(a, b), repeats=max(repeats, 5), warmup=2)
+        peaks[name] = 2 * size**3 / statistics.median(times) / 1e9
+    return peaks
 
 
 def measure_train(system, preset: dict, repeats: int) -> dict:
@@ -68,13 +72,13 @@ def measure_train(system, preset: dict, repeats: int) -> dict:
 def greedy_reference(name: str, system, source: torch.Tensor) -> torch.Tensor | None:
     """What greedy tokens must agree with: for ours, the eager attention path without a cache; for
     CTranslate2, transformers' Marian with the same weights."""
-    if name.startswith("ours"):
+    if name.startswith("ours"):  # fp32 weights still: bf16 and int8 systems convert at their first generate()
         model = system.model.eval()
         model.set_attn_implementation("eager")
-        reference = system.generate(source, num_beams=1, new_tokens=NEW_TOKENS, use_cache=False)
+        reference = fixed_length_generate(model, source, num_beams=1, new_tokens=NEW_TOKENS, use_cache=False)
         model.set_attn_implementation("sdpa")
         return reference
-    if name == "ctranslate2":
+    if name.startswith("ctranslate2"):
         return system.marian.generate(source, num_beams=1, new_tokens=NEW_TOKENS)
     return None
 
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     # CTranslate2 runs its own thread pool; torch only converts weights and runs the Marian reference
     # there. A second 2-thread pool in the same process cuts CTranslate2's speed by 4x (measured).
-    torch.set_num_threads(1 if args.system == "ctranslate2" else args.threads)
+    torch.set_num_threads(1 if (args.system or "").startswith("ctranslate2") else args.threads)
     torch.manual_seed(0)
     record = {"system": args.system, "preset": args.preset, "measure": args.measure, "threads": args.threads}
     if args.measure == "peak":

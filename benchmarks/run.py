@@ -25,11 +25,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from .presets import NEW_TOKENS, PRESETS, SOURCE_LENGTH, TARGET_LENGTH, TRAIN_BATCH
-from .systems import MEASURES, SYSTEMS
+from .systems import BASELINES, MEASURES, SYSTEMS
 
 ROWS = [  # (label, key, higher is better)
     ("train tok/s", "train_tokens_per_s", True),
-    ("train MFU (% of matmul peak)", "train_mfu", True),
+    ("train MFU (% of fp32 matmul peak)", "train_mfu", True),
+    ("train MFU (% of bf16 matmul peak)", "train_mfu_bf16", True),
     ("train peak RSS (MB)", "peak_rss_mb", False),
     ("greedy, batch 1, tok/s", "greedy_batch1_tokens_per_s", True),
     ("greedy, batch 32, tok/s", "greedy_batch32_tokens_per_s", True),
@@ -54,7 +55,8 @@ def run_one(system: str | None, preset: str, measure: str, threads: int, repeats
 
 
 def combine(rounds: list[dict], presets: list[str]) -> tuple[dict, dict]:
-    """Medians over rounds of every figure, and medians over rounds of each figure's ratio to Marian."""
+    """Medians over rounds of every figure, and medians over rounds of each figure's ratio to Marian of
+    the same precision (``BASELINES``; fp32 Marian for the rest)."""
     results: dict = {preset: {} for preset in presets}
     ratios: dict = {preset: {} for preset in presets}
     for preset in presets:
@@ -66,13 +68,14 @@ def combine(rounds: list[dict], presets: list[str]) -> tuple[dict, dict]:
                 values = [record[key] for record in records if record.get(key) is not None]
                 if values:
                     merged[key] = statistics.median(values)
+                baseline = BASELINES.get(system, "marian")
                 relative = [
-                    one[preset][system][key] / one[preset]["marian"][key]
+                    one[preset][system][key] / one[preset][baseline][key]
                     for one in rounds
                     if one[preset].get(system, {}).get(key) is not None
-                    and one[preset].get("marian", {}).get(key)
+                    and one[preset].get(baseline, {}).get(key)
                 ]
-                if relative and system != "marian" and key != "greedy_agreement":
+                if relative and system != baseline and key != "greedy_agreement":
                     ratios[preset].setdefault(system, {})[key] = statistics.median(relative)
             merged["rounds"] = records
             results[preset][system] = merged
@@ -123,33 +126,40 @@ def main(argv: list[str] | None = None) -> None:
             jobs += [(system, preset, measure) for measure in MEASURES[system]]
     rounds: list[dict] = []
     peaks: list[float] = []
+    peaks_bf16: list[float] = []
     started = time.time()
     progress = tqdm(total=len(jobs) * args.rounds, desc="benchmarks", unit="run")
     for _ in range(args.rounds):
         one: dict = {preset: {} for preset in args.presets}
-        peak = None
+        peak = peak_bf16 = None
         for system, preset, measure in jobs:
             record = run_one(system, preset, measure, args.threads, args.repeats)
             progress.update()
             if "error" in record:
                 tqdm.write(f"{system} {preset} {measure} failed:\n{record['error']}")
             if measure == "peak":
-                peak = record.get("matmul_gflops")
+                peak, peak_bf16 = record.get("matmul_gflops"), record.get("bf16_matmul_gflops")
                 peaks += [peak] if peak else []
+                peaks_bf16 += [peak_bf16] if peak_bf16 else []
                 continue
             one[preset].setdefault(system, {}).update(record)
             if peak and "train_gflops" in record:
                 one[preset][system]["train_mfu"] = 100 * record["train_gflops"] / peak
+            if peak_bf16 and "train_gflops" in record:
+                one[preset][system]["train_mfu_bf16"] = 100 * record["train_gflops"] / peak_bf16
         rounds.append(one)
     progress.close()
     results, ratios = combine(rounds, args.presets)
     peak = statistics.median(peaks) if peaks else float("nan")
+    peak_bf16 = statistics.median(peaks_bf16) if peaks_bf16 else float("nan")
 
     header = (
         f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
-        f"{args.threads} threads, fp32, {args.rounds} round-robin rounds of {args.repeats} repeats)\n\n"
-        f"Measured fp32 matmul peak: {peak:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks)}). "
-        "Figures are medians over rounds; ratios are medians of the per-round ratio to Marian. "
+        f"{args.threads} threads, {args.rounds} round-robin rounds of {args.repeats} repeats)\n\n"
+        f"Measured 2048^3 matmul peaks: fp32 {peak:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks)}), "
+        f"bf16 {peak_bf16:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks_bf16)}). "
+        "Figures are medians over rounds; ratios are medians of the per-round ratio to Marian of the same "
+        "precision (bf16 systems to marian-bf16, the rest to fp32 Marian). "
         f"Training: {TRAIN_BATCH} sentences x {SOURCE_LENGTH} + {TARGET_LENGTH} tokens, forward + "
         "label-smoothed loss + backward + Adam. "
         f"Generation: {SOURCE_LENGTH}-token sources, {NEW_TOKENS} new tokens (EOS suppressed).\n\n"
@@ -161,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     payload = {
         "peak_gflops": peak,
         "peaks_gflops": peaks,
+        "bf16_peak_gflops": peak_bf16,
+        "bf16_peaks_gflops": peaks_bf16,
         "threads": args.threads,
         "repeats": args.repeats,
         "rounds": args.rounds,

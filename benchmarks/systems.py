@@ -7,6 +7,13 @@
 - ``torch-nn``: ``torch.nn.Transformer`` with tied embeddings, sinusoidal positions and a tied output
   projection (training only: it has no decoding loop).
 - ``ctranslate2``: the C++ engine, fp32, on the converted random Marian weights (generation only).
+- ``ours-bf16``: our fast bf16 path: training as ``mixed_precision: bf16`` runs it on a CPU (autocast,
+  eager attention, fused Adam; fp32 weights and Adam state), generation with bf16 weights
+  (``prepare_for_inference(dtype=torch.bfloat16)``).
+- ``ours-int8``: generation with int8 dynamically quantised linear layers (``prepare_for_inference``).
+- ``marian-bf16``: Marian under ``torch.autocast`` bf16 for training (what a Marian user gets by turning
+  bf16 on), with bf16 weights for generation.
+- ``ctranslate2-int8``: CTranslate2 with ``compute_type="int8"`` on the same Marian weights.
 
 Every trainer takes the same step: forward, label-smoothed cross-entropy (§5.4, 0.1), backward and
 Adam (§5.3: betas 0.9/0.98, eps 1e-9). Generators produce exactly ``new_tokens`` tokens (EOS
@@ -28,8 +35,8 @@ from .presets import DROPOUT, LABEL_SMOOTHING
 PAD, BOS, EOS = 0, 1, 2  # ours; Marian keeps EOS 2 and moves <pad> (its start token) to the last id
 
 
-def adam(parameters) -> torch.optim.Optimizer:
-    return torch.optim.Adam(parameters, lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+def adam(parameters, fused: bool = False) -> torch.optim.Optimizer:
+    return torch.optim.Adam(parameters, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused or None)
 
 
 def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -39,17 +46,21 @@ def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class TrainingStep:
-    """The common step: ``loss`` (each system's forward and label-smoothed loss), backward, Adam."""
+    """The common step: ``loss`` (each system's forward and label-smoothed loss), backward, Adam; under
+    bf16 autocast when ``bf16`` is set (weights and Adam state stay fp32)."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer | None = None
+    bf16: bool = False
+    fused_adam: bool = False
 
     def loss(self, source, decoder_input, labels) -> torch.Tensor:
         raise NotImplementedError
 
     def train_step(self, source, decoder_input, labels) -> float:
-        self.optimizer = self.optimizer or adam(self.model.parameters())
-        loss = self.loss(source, decoder_input, labels)
+        self.optimizer = self.optimizer or adam(self.model.parameters(), fused=self.fused_adam)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            loss = self.loss(source, decoder_input, labels)
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -72,7 +83,7 @@ def fixed_length_generate(model, source, num_beams: int, new_tokens: int, **extr
 
 
 class Ours(TrainingStep):
-    def __init__(self, preset: dict, compiled: bool = False):
+    def __init__(self, preset: dict, compiled: bool = False, precision: str = "fp32"):
         from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
         config = VanillaTransformerConfig(
@@ -89,6 +100,13 @@ class Ours(TrainingStep):
         self.forward = torch.compile(self.model) if compiled else self.model
         self.compiled = compiled
         self.forward_compiled = False
+        self.precision = precision
+        if precision == "bf16":  # what the training loop does for mixed_precision: bf16 on a CPU
+            from vanilla_transformer.train.loop import use_fast_bf16_kernels
+
+            use_fast_bf16_kernels(self.model, {"used": "bf16"}, torch.device("cpu"))
+            self.bf16 = self.fused_adam = True
+        self.prepared = False
 
     def loss(self, source, decoder_input, labels) -> torch.Tensor:
         mask = torch.ones_like(source)
@@ -97,6 +115,16 @@ class Ours(TrainingStep):
         ).loss
 
     def generate(self, source, num_beams: int, new_tokens: int, use_cache: bool = True) -> torch.Tensor:
+        if self.precision != "fp32" and not self.prepared:
+            from vanilla_transformer.inference import prepare_for_inference
+
+            self.model.set_attn_implementation("sdpa")
+            prepare_for_inference(
+                self.model,
+                dtype=torch.bfloat16 if self.precision == "bf16" else None,
+                quantize="int8" if self.precision == "int8" else None,
+            )
+            self.prepared = True
         static = self.compiled and use_cache
         if static and not self.forward_compiled:
             self.model.forward = torch.compile(self.model.forward, fullgraph=True)
@@ -106,7 +134,7 @@ class Ours(TrainingStep):
 
 
 class Marian(TrainingStep):
-    def __init__(self, preset: dict):
+    def __init__(self, preset: dict, bf16: bool = False):
         from transformers import MarianConfig, MarianMTModel
 
         vocab = preset["vocab_size"]
@@ -136,6 +164,8 @@ class Marian(TrainingStep):
         )
         self.model = MarianMTModel(self.config)
         self.start = self.pad
+        self.bf16 = bf16
+        self.prepared = False
 
     def loss(self, source, decoder_input, labels) -> torch.Tensor:
         logits = self.model(
@@ -144,6 +174,9 @@ class Marian(TrainingStep):
         return smoothed_loss(logits, labels)
 
     def generate(self, source, num_beams: int, new_tokens: int) -> torch.Tensor:
+        if self.bf16 and not self.prepared:
+            self.model.to(torch.bfloat16)
+            self.prepared = True
         # <pad> banned, as released Marian models do; CTranslate2 drops it from its vocabulary.
         return fixed_length_generate(self.model, source, num_beams, new_tokens, bad_words_ids=[[self.pad]])
 
@@ -167,7 +200,7 @@ class Marian(TrainingStep):
 
 
 class CTranslate2:
-    def __init__(self, preset: dict, threads: int):
+    def __init__(self, preset: dict, threads: int, compute_type: str = "float32"):
         import ctranslate2
 
         self.marian = Marian(preset)
@@ -176,7 +209,7 @@ class CTranslate2:
         converted = Path(self.work.name) / "ct2"
         ctranslate2.converters.TransformersConverter(str(saved)).convert(str(converted), force=True)
         self.translator = ctranslate2.Translator(
-            str(converted), device="cpu", compute_type="float32", inter_threads=1, intra_threads=threads
+            str(converted), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
         )
 
     def generate(self, source, num_beams: int, new_tokens: int) -> torch.Tensor:
@@ -265,7 +298,14 @@ MEASURES = {  # system -> what it is measured on (nn.Transformer has no decoding
     "marian": ("train", "generate"),
     "torch-nn": ("train",),
     "ctranslate2": ("generate",),
+    "ours-bf16": ("train", "generate"),
+    "marian-bf16": ("train", "generate"),
+    "torch-nn-bf16": ("train",),
+    "ours-int8": ("generate",),
+    "ctranslate2-int8": ("generate",),
 }
+# The system each one's ratio is taken to: Marian of the same precision (CTranslate2 int8: fp32 Marian).
+BASELINES = {"ours-bf16": "marian-bf16", "torch-nn-bf16": "marian-bf16"}
 SYSTEMS = tuple(MEASURES)
 
 
@@ -280,4 +320,14 @@ def build(name: str, preset: dict, threads: int):
         return TorchTransformer(preset)
     if name == "ctranslate2":
         return CTranslate2(preset, threads)
+    if name in ("ours-bf16", "ours-int8"):
+        return Ours(preset, precision=name.split("-")[1])
+    if name == "marian-bf16":
+        return Marian(preset, bf16=True)
+    if name == "torch-nn-bf16":
+        system = TorchTransformer(preset)
+        system.bf16 = True
+        return system
+    if name == "ctranslate2-int8":
+        return CTranslate2(preset, threads, compute_type="int8")
     raise ValueError(f"Unknown system {name!r}; choose from {', '.join(SYSTEMS)}.")

@@ -17,8 +17,8 @@ from benchmarks.systems import Marian, Ours, TorchTransformer
 def test_training_flops_formula_matches_pytorchs_flop_counter(system_class):
     preset = PRESETS["small"]
     system = system_class(preset)
-    source = random_sentences(TRAIN_BATCH, SOURCE_LENGTH, preset["vocab"], seed=1)
-    target = random_sentences(TRAIN_BATCH, TARGET_LENGTH, preset["vocab"], seed=2)
+    source = random_sentences(TRAIN_BATCH, SOURCE_LENGTH, preset["vocab_size"], seed=1)
+    target = random_sentences(TRAIN_BATCH, TARGET_LENGTH, preset["vocab_size"], seed=2)
     decoder_input = torch.cat([torch.full((TRAIN_BATCH, 1), system.start), target[:, :-1]], dim=1)
     with FlopCounterMode(display=False) as counter:
         system.train_step(source, decoder_input, target)
@@ -58,3 +58,31 @@ def test_ratios_are_medians_of_same_round_ratios_so_drift_cancels():
     assert ratios["small"]["ours"]["train_tokens_per_s"] == pytest.approx(1.2)  # 90 / 100 would say 0.9
     assert len(results["small"]["ours"]["rounds"]) == 3
     assert "(1.20×)" in table(results, ratios, "small", ["ours", "marian"])
+
+
+def test_bf16_systems_are_compared_with_marian_in_bf16():
+    rounds = [
+        {
+            "small": {
+                "ours-bf16": {"train_tokens_per_s": 300.0},
+                "marian-bf16": {"train_tokens_per_s": 200.0},
+                "marian": {"train_tokens_per_s": 100.0},
+            }
+        }
+    ]
+    _, ratios = combine(rounds, ["small"])
+    assert ratios["small"]["ours-bf16"]["train_tokens_per_s"] == pytest.approx(1.5)  # not 3.0
+    assert ratios["small"]["marian-bf16"]["train_tokens_per_s"] == pytest.approx(2.0)
+
+
+def test_our_bf16_system_trains_as_the_loop_does_and_generates_in_bf16():
+    from benchmarks.systems import build
+
+    system = build("ours-bf16", PRESETS["small"], threads=1)
+    assert system.bf16 and system.fused_adam and system.model.config._attn_implementation == "eager"
+    source = random_sentences(2, 6, PRESETS["small"]["vocab_size"], seed=1)
+    decoder_input = torch.cat([torch.full((2, 1), system.start), source[:, :-1]], dim=1)
+    system.train_step(source, decoder_input, source)
+    assert system.model.lm_head.weight.dtype == torch.float32  # autocast: fp32 weights
+    assert system.generate(source, num_beams=1, new_tokens=3).shape == (2, 3)
+    assert system.model.lm_head.weight.dtype == torch.bfloat16  # generation serves bf16 weights

@@ -247,3 +247,41 @@ def test_names_the_extra_when_ctranslate2_is_missing(trained_folder, monkeypatch
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` now raises ImportError
     with pytest.raises(ImportError, match=r'pip install "vanilla-transformer\[bench\]"'):
         export_ctranslate2(trained_folder, tmp_path / "out")
+
+
+def test_cli_exports_and_translates_with_each_engine(trained_folder, reference, tmp_path):
+    """`export-ct2` then `translate --engine ctranslate2` gives the pytorch engine's greedy lines; the
+    pytorch engine's `--quantize int8` and `--dtype bf16` serve the same folder."""
+    from vanilla_transformer.cli import main
+
+    model, tokenizer = reference
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    main(
+        [
+            "export-ct2",
+            "--model",
+            str(trained_folder),
+            "--output",
+            str(tmp_path / "ct2"),
+            "--quantization",
+            "float32",
+        ]
+    )
+    outputs = {}
+    for name, extra in {
+        "ctranslate2": ["--engine", "ctranslate2", "--model", str(tmp_path / "ct2")],
+        "pytorch": ["--model", str(trained_folder)],
+        "int8": ["--model", str(trained_folder), "--quantize", "int8"],
+        "bf16": ["--model", str(trained_folder), "--dtype", "bf16"],
+    }.items():
+        output = tmp_path / f"{name}.txt"
+        main(["translate", "--input", str(source), "--output", str(output), "--beams", "1", *extra])
+        outputs[name] = output.read_text(encoding="utf-8").splitlines()
+    assert outputs["pytorch"] == translate(model, tokenizer, SENTENCES, batch_size=4, num_beams=1)
+    assert outputs["ctranslate2"] == outputs["pytorch"]
+    for approximate in ("int8", "bf16"):  # a trained model keeps most of its greedy output
+        same = sum(a == b for a, b in zip(outputs[approximate], outputs["pytorch"], strict=True))
+        assert same >= len(SENTENCES) - 2, (approximate, outputs[approximate])
+    with pytest.raises(SystemExit, match="exists"):  # an existing export is kept unless --force
+        main(["export-ct2", "--model", str(trained_folder), "--output", str(tmp_path / "ct2")])

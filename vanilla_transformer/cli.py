@@ -48,21 +48,38 @@ def cmd_evaluate(options) -> None:
 
 
 def cmd_translate(options) -> None:
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from .train.evaluation import translate
-
-    model = AutoModelForSeq2SeqLM.from_pretrained(options.model).eval()
-    tokenizer = AutoTokenizer.from_pretrained(options.model)
     source = open(options.input, encoding="utf-8") if options.input else sys.stdin
     lines = [line.rstrip("\n") for line in source]
-    kwargs = {"num_beams": options.beams} if options.beams else {}
-    translations = translate(model, tokenizer, lines, options.batch_size, **kwargs)
+    if options.engine == "ctranslate2":
+        from .ctranslate2_export import translate_ctranslate2
+
+        translations = translate_ctranslate2(
+            options.model, lines, beam_size=options.beams, batch_size=options.batch_size
+        )
+    else:
+        translations = _translate_with_pytorch(options, lines)
     text = "\n".join(translations) + ("\n" if translations else "")
     if options.output:
         Path(options.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
+
+
+def _translate_with_pytorch(options, lines: list[str]) -> list[str]:
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from .inference import prepare_for_inference
+    from .train.evaluation import translate
+
+    model = prepare_for_inference(
+        AutoModelForSeq2SeqLM.from_pretrained(options.model),
+        dtype=torch.bfloat16 if options.dtype == "bf16" else None,
+        quantize=options.quantize,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(options.model)
+    kwargs = {"num_beams": options.beams} if options.beams else {}
+    return translate(model, tokenizer, lines, options.batch_size, **kwargs)
 
 
 def cmd_average(options) -> None:
@@ -119,6 +136,15 @@ def cmd_export_onnx(options) -> None:
         print(f"Wrote {path}")
 
 
+def cmd_export_ct2(options) -> None:
+    from .ctranslate2_export import export_ctranslate2
+
+    path = export_ctranslate2(
+        options.model, options.output, quantization=options.quantization, force=options.force
+    )
+    print(f"Wrote {path} (translate with: vanilla-transformer translate --engine ctranslate2 --model {path})")
+
+
 def _has_tokenizer(folder: str) -> bool:
     return any((Path(folder) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
 
@@ -173,6 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--output", help="Default: standard output.")
     translate.add_argument("--batch-size", type=int, default=64)
     translate.add_argument("--beams", type=int, help="Beam size (default: the model's generation config, 4).")
+    translate.add_argument(
+        "--engine",
+        choices=["pytorch", "ctranslate2"],
+        default="pytorch",
+        help="ctranslate2: --model is a folder written by `export-ct2`.",
+    )
+    translate.add_argument(
+        "--quantize",
+        choices=["int8"],
+        help="pytorch engine, CPU: int8 dynamic quantisation of the linear layers.",
+    )
+    translate.add_argument(
+        "--dtype", choices=["fp32", "bf16"], default="fp32", help="pytorch engine: weight type."
+    )
     translate.set_defaults(func=cmd_translate)
 
     average = commands.add_parser("average", help="Average checkpoints (§6.1) into a new model folder.")
@@ -215,6 +255,22 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--output", required=True, help="Folder for the graphs, config and tokenizer.")
     export.set_defaults(func=cmd_export_onnx)
 
+    export_ct2 = commands.add_parser(
+        "export-ct2",
+        help="Convert a translation model folder to CTranslate2 (the engine Marian/OPUS-MT models are served "
+        "with), with its tokenizer and generation defaults.",
+    )
+    export_ct2.add_argument("--model", required=True, help="A saved translation model folder.")
+    export_ct2.add_argument("--output", required=True, help="Folder for the CTranslate2 model.")
+    export_ct2.add_argument(
+        "--quantization",
+        default="float32",
+        choices=["float32", "bf16", "bfloat16", "float16", "int8", "int8_float32", "int8_bfloat16", "int16"],
+        help="Weight type CTranslate2 stores (default: float32).",
+    )
+    export_ct2.add_argument("--force", action="store_true", help="Replace an existing output folder.")
+    export_ct2.set_defaults(func=cmd_export_ct2)
+
     push = commands.add_parser(
         "push",
         help="Upload a model folder to the Hub in one commit: weights, tokenizer, remote code, card, "
@@ -235,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
     options = build_parser().parse_args(argv)
     try:
         options.func(options)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as error:
         raise SystemExit(f"error: {error}") from error
 
 
