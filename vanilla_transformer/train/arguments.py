@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..precision import MIXED_PRECISION_CHOICES
-from .recipes import check_model_block, parse_recipe
+from .recipes import SET_BY_RUN, check_model_block, parse_recipe
 
 # The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
 # of CPU). A recipe's ``model:`` block replaces it whole.
@@ -25,18 +25,6 @@ SYNTHETIC_MODEL = {
     "dropout": 0.1,
     "label_smoothing": 0.1,
 }
-# Config fields the run sets from its tokenizer and language pair, so a recipe cannot.
-SET_BY_RUN = (
-    "vocab_size",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "decoder_start_token_id",
-    "source_lang",
-    "target_lang",
-    "is_encoder_decoder",
-    "is_decoder",
-)
 
 
 @dataclass

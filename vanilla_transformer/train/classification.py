@@ -27,6 +27,7 @@ from transformers import TrainingArguments
 from ..precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
 from .data import data_path
 from .recipes import (
+    SET_BY_RUN,
     apply_overrides,
     check_model_block,
     default_model_block,
@@ -38,20 +39,8 @@ from .recipes import (
 BREAKS = re.compile(r"<br\s*/?>", re.IGNORECASE)
 # The built-in encoder: four post-LN layers of width 256. A recipe's ``model:`` block replaces it whole.
 ENCODER_MODEL = {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 4, "dropout": 0.1}
-# Config fields the run sets (from the tokenizer, the labels, the task), so a recipe cannot.
-SET_BY_RUN = (
-    "vocab_size",
-    "pad_token_id",
-    "bos_token_id",
-    "eos_token_id",
-    "decoder_start_token_id",
-    "num_decoder_layers",
-    "is_encoder_decoder",
-    "is_decoder",
-    "sparse_prediction",
-    "source_lang",
-    "target_lang",
-)
+# Beyond the fields every run sets: the encoder-only shape and the masked-LM head's setting.
+SET_BY_CLASSIFICATION_RUN = (*SET_BY_RUN, "num_decoder_layers", "sparse_prediction")
 
 
 @dataclass
@@ -102,7 +91,7 @@ class ClassificationArguments:
             raise ValueError(
                 f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {self.mixed_precision!r}."
             )
-        check_model_block(self.model, SET_BY_RUN)
+        check_model_block(self.model, SET_BY_CLASSIFICATION_RUN)
 
 
 def load_classification_arguments(

@@ -165,6 +165,21 @@ CONFIG_FIELDS = tuple(
 )
 
 
+# Config fields every run sets itself (from its tokenizer, its language pair, the model class it
+# builds), so a recipe's ``model:`` block may not.
+SET_BY_RUN = (
+    "vocab_size",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "decoder_start_token_id",
+    "source_lang",
+    "target_lang",
+    "is_encoder_decoder",
+    "is_decoder",
+)
+
+
 def check_model_block(block: dict, set_by_run: Iterable[str]) -> None:
     """Refuse a key that is no ``VanillaTransformerConfig`` field, or a field the run sets itself."""
     if not isinstance(block, dict):
