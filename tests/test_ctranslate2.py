@@ -15,7 +15,7 @@ from vanilla_transformer.tokenization import train_bpe_tokenizer
 from vanilla_transformer.train.evaluation import translate
 
 ctranslate2 = pytest.importorskip(
-    "ctranslate2", reason='the optional CTranslate2 engine: pip install "vanilla-transformer[bench]"'
+    "ctranslate2", reason='the optional CTranslate2 engine: pip install "vanilla-transformer[ctranslate2]"'
 )
 
 WORDS = "red blue green cat dog bird one two three big small fast".split()
@@ -245,7 +245,7 @@ def test_keeps_an_existing_output_folder_unless_forced(trained_folder, exported)
 
 def test_names_the_extra_when_ctranslate2_is_missing(trained_folder, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` now raises ImportError
-    with pytest.raises(ImportError, match=r'pip install "vanilla-transformer\[bench\]"'):
+    with pytest.raises(ImportError, match=r'pip install "vanilla-transformer\[ctranslate2\]"'):
         export_ctranslate2(trained_folder, tmp_path / "out")
 
 

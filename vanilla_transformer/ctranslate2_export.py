@@ -32,7 +32,7 @@ The output folder holds ``model.bin``, CTranslate2's ``config.json``, ``shared_v
 tokenizer's tokens in id order), the tokenizer's own files and our ``generation_config.json`` (the §6.1
 decoding defaults that :func:`translate_ctranslate2` reads).
 
-CTranslate2 is optional: ``pip install "vanilla-transformer[bench]"``.
+CTranslate2 is optional: ``pip install "vanilla-transformer[ctranslate2]"``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import torch
 
-INSTALL_HINT = 'pip install "vanilla-transformer[bench]"'
+INSTALL_HINT = 'pip install "vanilla-transformer[ctranslate2]"'
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # Our config's activation names -> CTranslate2's Activation enum member names.
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_new": "GELUTanh", "silu": "SWISH"}
