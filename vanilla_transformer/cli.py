@@ -30,12 +30,13 @@ def cmd_train(options) -> None:
 def cmd_evaluate(options) -> None:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    from .loading import load_saved_model
     from .train.arguments import load_arguments
     from .train.data import data_path
     from .train.loop import evaluate_split, prepare_data
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
-    model = AutoModelForSeq2SeqLM.from_pretrained(options.model).eval()
+    model = load_saved_model(options.model, AutoModelForSeq2SeqLM).eval()
     tokenizer = AutoTokenizer.from_pretrained(options.model)
     split = prepare_data(args)[options.split]
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
@@ -70,16 +71,20 @@ def _translate_with_pytorch(options, lines: list[str]) -> list[str]:
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .inference import prepare_for_inference
+    from .loading import load_saved_model
     from .train.evaluation import translate
 
     model = prepare_for_inference(
-        AutoModelForSeq2SeqLM.from_pretrained(options.model),
+        load_saved_model(options.model, AutoModelForSeq2SeqLM),
         dtype=torch.bfloat16 if options.dtype == "bf16" else None,
         quantize=options.quantize,
     )
     tokenizer = AutoTokenizer.from_pretrained(options.model)
     kwargs = {"num_beams": options.beams} if options.beams else {}
-    return translate(model, tokenizer, lines, options.batch_size, **kwargs)
+    # The longest source the model was trained for (the tokenizer records it); longer lines are cut to it,
+    # with a warning that names the limit.
+    limit = tokenizer.model_max_length if tokenizer.model_max_length < 10**6 else None
+    return translate(model, tokenizer, lines, options.batch_size, max_source_length=limit, **kwargs)
 
 
 def cmd_average(options) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
-from .loading import load_saved_model
+from .loading import check_weights, load_saved_model
 from .model_card import write_model_card
 
 TASKS = {  # model class -> the pipeline tag its card declares
@@ -81,6 +81,7 @@ def push_folder(
             "tokenizer with save_pretrained (a training run writes all of it, model card included)."
         )
     ModelCard.load(folder / "README.md")  # a card that does not parse must not reach the Hub
+    check_weights(folder)  # nor weights cut short
     architecture = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
         "architectures", ["model"]
     )

@@ -6,6 +6,10 @@ attention maps and the benchmarks use it), so the model file stays free of packa
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
+
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .modeling_vanilla_transformer import (
     VanillaTransformerForCausalLM,
@@ -28,13 +32,35 @@ MODEL_CLASSES = {
 }
 
 
-def load_saved_model(folder, **kwargs) -> VanillaTransformerPreTrainedModel:
-    """Load a saved folder into the class it was saved from (``config.architectures``; the bare
-    ``VanillaTransformerModel`` when that names none of ours). ``kwargs`` go to ``from_pretrained``."""
-    config = VanillaTransformerConfig.from_pretrained(folder)
-    names = [name for name in (config.architectures or []) if name in MODEL_CLASSES]
-    model_class = MODEL_CLASSES[names[0]] if names else VanillaTransformerModel
+def load_saved_model(folder, model_class=None, **kwargs) -> VanillaTransformerPreTrainedModel:
+    """Load a saved folder into ``model_class``, by default the class it was saved from
+    (``config.architectures``; the bare ``VanillaTransformerModel`` when that names none of ours).
+    ``kwargs`` go to ``from_pretrained``.
+
+    A damaged weights file (cut short by a full disk or an interrupted copy) raises a ``ValueError`` that
+    names the file, instead of safetensors' bare "incomplete metadata" message.
+    """
+    if model_class is None:
+        config = VanillaTransformerConfig.from_pretrained(folder)
+        names = [name for name in (config.architectures or []) if name in MODEL_CLASSES]
+        model_class = MODEL_CLASSES[names[0]] if names else VanillaTransformerModel
+    check_weights(folder)
     return model_class.from_pretrained(folder, **kwargs)
 
 
-__all__ = ["load_saved_model", "MODEL_CLASSES"]
+def check_weights(folder) -> None:
+    """Raise a ``ValueError`` naming each ``*.safetensors`` file of ``folder`` that cannot be read (cut
+    short by a full disk or an interrupted copy), instead of safetensors' bare "incomplete metadata"."""
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="pt") as weights:
+                for name in weights.keys():
+                    weights.get_slice(name)
+        except SafetensorError as error:
+            raise ValueError(
+                f"{path} is damaged and cannot be read ({error}). Copy or save the model again (a training "
+                "run's checkpoints/ hold earlier complete copies)."
+            ) from error
+
+
+__all__ = ["load_saved_model", "check_weights", "MODEL_CLASSES"]

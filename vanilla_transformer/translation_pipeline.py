@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import torch
 from transformers import Pipeline
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 TASK = "translation"
 REGISTERED_TASK = "vanilla-translation"
@@ -74,14 +77,27 @@ class TranslationPipeline(Pipeline):
                 f"The translation pipeline takes a string or a list of strings, got {type(text)}."
             )
         max_length = getattr(self.model.config, "max_position_embeddings", None)
-        return self.tokenizer(text, truncation=truncation, max_length=max_length, return_tensors="pt")
+        inputs = self.tokenizer(text, truncation=truncation, max_length=max_length, return_tensors="pt")
+        if not text.strip():
+            inputs["empty"] = True  # empty in, empty out: nothing to translate
+        elif truncation and max_length is not None and inputs["input_ids"].shape[-1] >= max_length:
+            length = len(self.tokenizer(text)["input_ids"])
+            if length > max_length:
+                logger.warning(
+                    f"The input has {length} tokens; the model reads at most max_position_embeddings="
+                    f"{max_length}, so it was truncated and its translation covers only the beginning. "
+                    "Split long inputs into sentences."
+                )
+        return inputs
 
     def _forward(self, model_inputs, **generate_kwargs):
+        batch = model_inputs["input_ids"].shape[0]
+        if model_inputs.pop("empty", False):
+            return {"output_ids": torch.empty((batch, 1, 0), dtype=torch.long)}
         generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
         with torch.no_grad():
             output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         # (inputs, sequences per input, length): the pipeline splits batches along the first axis.
-        batch = model_inputs["input_ids"].shape[0]
         return {"output_ids": output_ids.reshape(batch, output_ids.shape[0] // batch, -1)}
 
     def postprocess(self, model_outputs, clean_up_tokenization_spaces: bool = False):

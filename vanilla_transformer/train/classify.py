@@ -18,6 +18,7 @@ from transformers import (
 )
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
+from ..loading import load_saved_model
 from ..model_card import Result, write_model_card
 from ..modeling_vanilla_transformer import (
     VanillaTransformerForMaskedLM,
@@ -253,7 +254,7 @@ def _data_name(args: ClassificationArguments) -> tuple[str, str]:
 
 def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, file: str) -> dict:
     """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file."""
-    model = VanillaTransformerForSequenceClassification.from_pretrained(model_dir).eval()
+    model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     data = _subset(load_labelled(args, file), args.max_eval_examples, 0)
     num_labels = model.config.num_labels

@@ -22,6 +22,9 @@ import sacrebleu
 import torch
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tqdm.auto import tqdm
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 
 @torch.no_grad()
@@ -37,11 +40,26 @@ def translate(
     """Translate ``sentences`` in batches of similar length; returns detokenized text in input order.
 
     Generation settings default to the model's generation config (beam 4, alpha 0.6, input + 50
-    tokens); ``generate_kwargs`` override them.
+    tokens); ``generate_kwargs`` override them. An empty (or all-blank) sentence translates to an empty
+    string, without running the model, so outputs stay aligned with inputs line for line. Sentences longer
+    than ``max_source_length`` tokens are truncated to it, with a warning that names the limit.
     """
     model.eval()
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]), reverse=True)
     results: list[str] = [""] * len(sentences)
+    order = sorted(
+        (i for i in range(len(sentences)) if sentences[i].strip()),
+        key=lambda i: len(sentences[i]),
+        reverse=True,
+    )
+    if max_source_length is not None and order:
+        lengths = [len(ids) for ids in tokenizer([sentences[i] for i in order])["input_ids"]]
+        cut = [length for length in lengths if length > max_source_length]
+        if cut:
+            logger.warning(
+                f"{len(cut)} of {len(order)} sentences are longer than max_source_length={max_source_length} "
+                f"tokens (the longest has {max(cut)}) and were truncated to it: their translations cover "
+                "only the beginning. Split long inputs into sentences."
+            )
     device = next(model.parameters()).device
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc="Translating", disable=not progress, unit="batch"):

@@ -1,0 +1,73 @@
+"""Bad input a user hands a saved translation model: empty lines, over-long lines, damaged weights.
+Each gets a clear answer (empty in, empty out; a warning naming the limit; an error naming the file)."""
+
+import copy
+
+import pytest
+from conftest import tiny_config
+from transformers import pipeline
+from transformers.testing_utils import CaptureLogger
+
+import vanilla_transformer  # noqa: F401  (registers the "vanilla-translation" pipeline)
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.cli import main
+from vanilla_transformer.train import evaluation
+from vanilla_transformer.translation_pipeline import logger as pipeline_logger
+
+LINES = ["a wonderful film", "", "great acting", "   "]
+
+
+@pytest.fixture
+def folder(tmp_path, tokenizer):
+    model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    return tmp_path / "model"
+
+
+def _translate(folder, lines, tmp_path) -> list[str]:
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    main(
+        ["translate", "--model", str(folder), "--input", str(source), "--output", str(output), "--beams", "1"]
+    )
+    return output.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def test_empty_lines_translate_to_empty_lines_and_keep_alignment(folder, tmp_path):
+    out = _translate(folder, LINES, tmp_path)
+    assert len(out) == len(LINES)
+    assert out[1] == "" and out[3] == ""
+    assert out[0] != "" and out[2] != ""  # the untrained tiny model still emits tokens for real input
+
+
+def test_empty_string_through_the_pipeline_gives_an_empty_translation(folder):
+    translate = pipeline("vanilla-translation", model=str(folder))
+    assert translate("") == [{"translation_text": ""}]
+    results = translate(["", "a wonderful film"], num_beams=1, max_new_tokens=3)
+    assert results[0] == {"translation_text": ""} and results[1]["translation_text"] != ""
+
+
+def test_an_over_long_line_is_truncated_with_a_warning_that_names_the_limit(folder, tmp_path, tokenizer):
+    long_line = " ".join(["wonderful film"] * 80)  # far beyond the tokenizer's model_max_length of 64
+    with CaptureLogger(evaluation.logger) as captured:
+        out = _translate(folder, [long_line, "great acting"], tmp_path)
+    assert len(out) == 2
+    assert "max_source_length=64" in captured.out and "1 of 2 sentences" in captured.out
+
+    config = tiny_config(max_position_embeddings=32)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    translate = pipeline("vanilla-translation", model=model, tokenizer=copy.deepcopy(tokenizer))
+    with CaptureLogger(pipeline_logger) as captured:
+        translate(long_line, num_beams=1, max_new_tokens=2)
+    assert "max_position_embeddings=32" in captured.out
+
+
+def test_damaged_weights_name_the_file(folder, tmp_path):
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])  # a copy cut short
+    with pytest.raises(SystemExit, match=r"model\.safetensors is damaged"):
+        _translate(folder, LINES, tmp_path)
+    with pytest.raises(SystemExit, match=r"model\.safetensors is damaged"):
+        main(["push", "--model", str(folder), "--repo-id", "someone/broken"])
