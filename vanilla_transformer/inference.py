@@ -15,7 +15,9 @@ eager in the same round):
 | greedy, batch 32     | 1.00 | 1.19x | 1.66x        |
 | beam 4, batch 1      | 1.00 | 1.29x | 1.76x        |
 
-(97 % of greedy tokens equal fp32's on random weights for both.) What the model file did before, keeping
+(97 % of greedy tokens equal fp32's on random weights for both.) On a trained model (Multi30k De->En,
+1,200 updates; 500 validation sentences, beam 4, batch 64) fp32 / int8 / bf16 weights scored sacreBLEU
+28.86 / 28.96 / 29.29 in 9.3 / 7.4 / 9.0 s: int8 keeps BLEU (+0.10) and is the faster serving format here. What the model file did before, keeping
 (in, out)-transposed copies of the wide weights and fused Q/K/V at inference, measured 0.90-1.07x of plain
 fp32 in the same rounds and was dropped. Where batch-1 decoding time goes instead: ~2 ms of every ~6 ms
 step is Python in the generation loop, which no weight format changes.
