@@ -193,12 +193,14 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
     assert "## Architecture" in card.text and "40" in card.text
 
 
-def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("precision", ["no", "bf16"])
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, precision):
     dropout = {"dropout": 0.1}
-    _, straight = run(tmp_path, "straight", max_steps=6, save_every=3, model=dropout)
-    _, interrupted = run(tmp_path, "interrupted", max_steps=3, save_every=3, model=dropout)
+    settings = dict(save_every=3, model=dropout, mixed_precision=precision)
+    _, straight = run(tmp_path, "straight", max_steps=6, **settings)
+    _, interrupted = run(tmp_path, "interrupted", max_steps=3, **settings)
     (interrupted / "checkpoints" / ".tmp-step-00000004").mkdir()  # a crash mid-write leaves this behind
-    _, resumed = run(tmp_path, "interrupted", max_steps=6, save_every=3, model=dropout, resume=True)
+    _, resumed = run(tmp_path, "interrupted", max_steps=6, resume=True, **settings)
     expected, got = logged_losses(straight), logged_losses(resumed)
     assert [got[s] for s in (4, 5, 6)] == pytest.approx([expected[s] for s in (4, 5, 6)], abs=1e-6)
     assert [p.name for p in checkpoint_dirs(resumed / "checkpoints")] == ["step-00000003", "step-00000006"]
