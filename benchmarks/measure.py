@@ -79,7 +79,7 @@ def greedy_reference(name: str, system, source: torch.Tensor) -> torch.Tensor | 
         model.set_attn_implementation("sdpa")
         return reference
     if name.startswith("ctranslate2"):
-        return system.marian.generate(source, num_beams=1, new_tokens=NEW_TOKENS)
+        return system.reference(source, NEW_TOKENS)
     return None
 
 

@@ -14,6 +14,7 @@
 - ``marian-bf16``: Marian under ``torch.autocast`` bf16 for training (what a Marian user gets by turning
   bf16 on), with bf16 weights for generation.
 - ``ctranslate2-int8``: CTranslate2 with ``compute_type="int8"`` on the same Marian weights.
+- ``ctranslate2-ours``: CTranslate2 fp32 on our model, converted by ``export-ct2`` (generation only).
 
 Every trainer takes the same step: forward, label-smoothed cross-entropy (§5.4, 0.1), backward and
 Adam (§5.3: betas 0.9/0.98, eps 1e-9). Generators produce exactly ``new_tokens`` tokens (EOS
@@ -182,32 +183,50 @@ class Marian(TrainingStep):
 
     def save_for_ctranslate2(self, folder: Path) -> Path:
         """Save the model with a word-level tokenizer whose tokens name the ids (CTranslate2 reads both)."""
-        from tokenizers import Tokenizer, models
-        from transformers import PreTrainedTokenizerFast
-
-        specials = {BOS: "<s>", EOS: "</s>", 3: "<unk>", self.pad: "<pad>"}
-        vocab = {specials.get(i, f"t{i}"): i for i in range(self.config.vocab_size)}
-        tokenizer = PreTrainedTokenizerFast(
-            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-            bos_token="<s>",
-            eos_token="</s>",
-            unk_token="<unk>",
-            pad_token="<pad>",
-        )
         self.model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        specials = {BOS: "<s>", EOS: "</s>", 3: "<unk>", self.pad: "<pad>"}
+        word_level_tokenizer(self.config.vocab_size, specials).save_pretrained(folder)
         return folder
 
 
+def word_level_tokenizer(vocab_size: int, specials: dict[int, str]):
+    """A tokenizer whose tokens name the ids (``t17``), for random-weight models that CTranslate2 converts."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {specials.get(i, f"t{i}"): i for i in range(vocab_size)}
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+    )
+
+
 class CTranslate2:
-    def __init__(self, preset: dict, threads: int, compute_type: str = "float32"):
+    """CTranslate2 on the converted Marian weights (``ctranslate2``, ``ctranslate2-int8``), or on our model
+    exported by ``export-ct2`` (``ctranslate2-ours``: same engine, so any gap is a conversion defect)."""
+
+    def __init__(self, preset: dict, threads: int, compute_type: str = "float32", ours: bool = False):
         import ctranslate2
 
-        self.marian = Marian(preset)
         self.work = tempfile.TemporaryDirectory()
-        saved = self.marian.save_for_ctranslate2(Path(self.work.name) / "marian")
         converted = Path(self.work.name) / "ct2"
-        ctranslate2.converters.TransformersConverter(str(saved)).convert(str(converted), force=True)
+        if ours:
+            from vanilla_transformer.ctranslate2_export import export_ctranslate2
+
+            self.source_model = Ours(preset).model
+            saved = Path(self.work.name) / "ours"
+            self.source_model.save_pretrained(saved)
+            word_level_tokenizer(
+                preset["vocab_size"], {PAD: "<pad>", BOS: "<s>", EOS: "</s>", 3: "<unk>"}
+            ).save_pretrained(saved)
+            export_ctranslate2(saved, converted)
+        else:
+            self.marian = Marian(preset)
+            saved = self.marian.save_for_ctranslate2(Path(self.work.name) / "marian")
+            ctranslate2.converters.TransformersConverter(str(saved)).convert(str(converted), force=True)
         self.translator = ctranslate2.Translator(
             str(converted), device="cpu", compute_type=compute_type, inter_threads=1, intra_threads=threads
         )
@@ -224,12 +243,19 @@ class CTranslate2:
         )
         return torch.tensor([[self._id(t) for t in result.hypotheses[0]] for result in results])
 
+    def reference(self, source, new_tokens: int) -> torch.Tensor:
+        """Greedy tokens of the PyTorch model the engine runs (ours: the eager path without cache)."""
+        if not hasattr(self, "source_model"):
+            return self.marian.generate(source, num_beams=1, new_tokens=new_tokens)
+        self.source_model.eval().set_attn_implementation("eager")
+        return fixed_length_generate(self.source_model, source, 1, new_tokens, use_cache=False)
+
     def _token(self, index: int) -> str:
         return {BOS: "<s>", EOS: "</s>", 3: "<unk>"}.get(index, f"t{index}")
 
     @staticmethod
     def _id(token: str) -> int:
-        return {"<s>": BOS, "</s>": EOS, "<unk>": 3}.get(token) or int(token[1:])
+        return {"<pad>": PAD, "<s>": BOS, "</s>": EOS, "<unk>": 3}.get(token) or int(token[1:])
 
 
 class SinusoidalPositions(nn.Module):
@@ -303,9 +329,11 @@ MEASURES = {  # system -> what it is measured on (nn.Transformer has no decoding
     "torch-nn-bf16": ("train",),
     "ours-int8": ("generate",),
     "ctranslate2-int8": ("generate",),
+    "ctranslate2-ours": ("generate",),
 }
 # The system each one's ratio is taken to: Marian of the same precision (CTranslate2 int8: fp32 Marian).
-BASELINES = {"ours-bf16": "marian-bf16", "torch-nn-bf16": "marian-bf16"}
+# Our CTranslate2 export is compared with CTranslate2 on Marian's weights: the same engine.
+BASELINES = {"ours-bf16": "marian-bf16", "torch-nn-bf16": "marian-bf16", "ctranslate2-ours": "ctranslate2"}
 SYSTEMS = tuple(MEASURES)
 
 
@@ -330,4 +358,6 @@ def build(name: str, preset: dict, threads: int):
         return system
     if name == "ctranslate2-int8":
         return CTranslate2(preset, threads, compute_type="int8")
+    if name == "ctranslate2-ours":
+        return CTranslate2(preset, threads, ours=True)
     raise ValueError(f"Unknown system {name!r}; choose from {', '.join(SYSTEMS)}.")

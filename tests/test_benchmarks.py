@@ -86,3 +86,14 @@ def test_our_bf16_system_trains_as_the_loop_does_and_generates_in_bf16():
     assert system.model.lm_head.weight.dtype == torch.float32  # autocast: fp32 weights
     assert system.generate(source, num_beams=1, new_tokens=3).shape == (2, 3)
     assert system.model.lm_head.weight.dtype == torch.bfloat16  # generation serves bf16 weights
+
+
+def test_our_ctranslate2_export_runs_in_the_suite_and_agrees_with_our_model():
+    pytest.importorskip(
+        "ctranslate2", reason='the optional engine: pip install "vanilla-transformer[ctranslate2]"'
+    )
+    from benchmarks.systems import build
+
+    system = build("ctranslate2-ours", PRESETS["small"], threads=1)
+    source = random_sentences(3, 8, PRESETS["small"]["vocab_size"], seed=4)
+    assert torch.equal(system.generate(source, num_beams=1, new_tokens=6), system.reference(source, 6))
