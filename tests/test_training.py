@@ -249,7 +249,8 @@ def test_a_final_save_just_after_a_periodic_one_is_not_averaged_twice(tmp_path):
     assert [f.name for f in spaced_checkpoints(tmp_path, 2, spacing=1)] == ["step-00003500", "step-00003501"]
 
 
-def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
+@pytest.mark.parametrize("precision", ["no", "bf16"])
+def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, precision):
     """DDP averages the gradients of two processes that each take one batch; one process accumulating
     the same two batches with each loss halved computes the same mean gradient. Tolerance: the sums run
     in a different order (fp32, ~1e-7 relative), and three Adam updates of lr ~1e-3 keep the parameters
@@ -267,6 +268,8 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     model = {**TINY_MODEL, "dropout": 0.0}
     overrides = [f"--set={key}={value}" for key, value in settings.items() if key != "model"]
     overrides += [f"--set=model.{key}={value}" for key, value in model.items()]
+    # In bf16 each process computes exactly the micro-batch one process accumulates: same bf16 products.
+    overrides += [f"--set=mixed_precision={precision}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "vanilla_transformer.cli", "train", *overrides]
     one = subprocess.run(
@@ -316,6 +319,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
     one_results, two_results = (
         json.loads((tmp_path / run / "results.json").read_text()) for run in ("one", "two")
     )
+    assert one_results["mixed_precision"]["used"] == two_results["mixed_precision"]["used"] == precision
     assert one_results["history"][-1]["loss"] == pytest.approx(two_results["history"][-1]["loss"], rel=1e-5)
 
 
