@@ -93,6 +93,8 @@ def measure_generate(name: str, system, preset: dict, repeats: int) -> dict:
     reference = greedy_reference(name, system, check) if name.startswith("ours") else None
     with torch.inference_mode():
         for batch, beams in GENERATION_SETTINGS:
+            if beams not in getattr(system, "beams", (beams,)):  # ONNX: greedy only
+                continue
             source = random_sentences(batch, SOURCE_LENGTH, vocab, seed=10 + batch)
             outputs = []
             times = timed(

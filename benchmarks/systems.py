@@ -15,6 +15,7 @@
   bf16 on), with bf16 weights for generation.
 - ``ctranslate2-int8``: CTranslate2 with ``compute_type="int8"`` on the same Marian weights.
 - ``ctranslate2-ours``: CTranslate2 fp32 on our model, converted by ``export-ct2`` (generation only).
+- ``ours-onnx``: our model exported to ONNX and decoded greedily in onnxruntime (greedy rows only).
 
 Every trainer takes the same step: forward, label-smoothed cross-entropy (§5.4, 0.1), backward and
 Adam (§5.3: betas 0.9/0.98, eps 1e-9). Generators produce exactly ``new_tokens`` tokens (EOS
@@ -258,6 +259,28 @@ class CTranslate2:
         return {"<pad>": PAD, "<s>": BOS, "</s>": EOS, "<unk>": 3}.get(token) or int(token[1:])
 
 
+class OursOnnx:
+    """Our model exported to ONNX (``export-onnx``: encoder, first step, step with past) and decoded
+    greedily in onnxruntime by ``OnnxSeq2Seq`` (no beam search there)."""
+
+    beams = (1,)
+
+    def __init__(self, preset: dict, threads: int):
+        from vanilla_transformer.onnx_export import OnnxSeq2Seq, export_onnx
+
+        self.model = Ours(preset).model.eval()
+        self.work = tempfile.TemporaryDirectory()
+        export_onnx(self.model, self.work.name)
+        self.engine = OnnxSeq2Seq(self.work.name)
+
+    def generate(self, source, num_beams: int, new_tokens: int) -> torch.Tensor:
+        mask = torch.ones_like(source).numpy()
+        tokens = self.engine.generate(
+            source.numpy(), mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens
+        )
+        return torch.from_numpy(tokens[:, 1:])
+
+
 class SinusoidalPositions(nn.Module):
     def __init__(self, d_model: int, max_length: int = 512):
         super().__init__()
@@ -330,6 +353,7 @@ MEASURES = {  # system -> what it is measured on (nn.Transformer has no decoding
     "ours-int8": ("generate",),
     "ctranslate2-int8": ("generate",),
     "ctranslate2-ours": ("generate",),
+    "ours-onnx": ("generate",),
 }
 # The system each one's ratio is taken to: Marian of the same precision (CTranslate2 int8: fp32 Marian).
 # Our CTranslate2 export is compared with CTranslate2 on Marian's weights: the same engine.
@@ -360,4 +384,6 @@ def build(name: str, preset: dict, threads: int):
         return CTranslate2(preset, threads, compute_type="int8")
     if name == "ctranslate2-ours":
         return CTranslate2(preset, threads, ours=True)
+    if name == "ours-onnx":
+        return OursOnnx(preset, threads)
     raise ValueError(f"Unknown system {name!r}; choose from {', '.join(SYSTEMS)}.")

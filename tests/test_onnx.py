@@ -64,6 +64,12 @@ def test_onnx_greedy_loop_reproduces_generate(tmp_path):
     assert [path.name for path in files] == list(SEQ2SEQ_FILES)
     tokens = OnnxSeq2Seq(tmp_path).generate(ids.numpy(), mask.numpy(), max_new_tokens=12)
     np.testing.assert_array_equal(tokens, expected.numpy())
+    # min_new_tokens as generate() has it: EOS is refused until then (the benchmark's fixed-length rows).
+    at_least = model.generate(
+        input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=12, min_new_tokens=8
+    )
+    tokens = OnnxSeq2Seq(tmp_path).generate(ids.numpy(), mask.numpy(), max_new_tokens=12, min_new_tokens=8)
+    np.testing.assert_array_equal(tokens, at_least.numpy())
 
 
 def test_onnx_decoder_steps_match_pytorch_logits(tmp_path):

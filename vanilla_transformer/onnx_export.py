@@ -247,9 +247,12 @@ class OnnxSeq2Seq:
         )
         self.config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
 
-    def generate(self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int) -> np.ndarray:
+    def generate(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int, min_new_tokens: int = 0
+    ) -> np.ndarray:
         """Greedy tokens (B, 1 + up to max_new_tokens), starting with the decoder start token; rows that
-        produced EOS continue with padding, and decoding stops once every row has."""
+        produced EOS continue with padding, and decoding stops once every row has. As ``generate()``'s
+        ``min_new_tokens``, EOS cannot be chosen before ``min_new_tokens`` tokens."""
         input_ids, attention_mask = input_ids.astype(np.int64), attention_mask.astype(np.int64)
         (encoded,) = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
         tokens = np.full((input_ids.shape[0], 1), self.config.decoder_start_token_id, dtype=np.int64)
@@ -263,7 +266,9 @@ class OnnxSeq2Seq:
         )
         finished = np.zeros(input_ids.shape[0], dtype=bool)
         eos, pad = self.config.eos_token_id, self.config.pad_token_id
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
+            if step < min_new_tokens:
+                logits[:, eos] = -np.inf
             next_tokens = np.where(finished, pad, logits.argmax(-1))
             tokens = np.concatenate([tokens, next_tokens[:, None]], axis=1)
             finished |= next_tokens == eos
