@@ -1,4 +1,4 @@
-"""Pictures of a training run: validation BLEU and loss against wall-clock time."""
+"""Pictures of training runs: validation BLEU and loss against wall-clock time; Table 3's rows side by side."""
 
 from __future__ import annotations
 
@@ -38,4 +38,67 @@ def plot_history(history: list[dict], path: Path, title: str = "") -> Path | Non
     return path
 
 
-__all__ = ["plot_history"]
+GROUP_COLOURS = {
+    "base": "black",
+    "A": "tab:blue",
+    "B": "tab:cyan",
+    "C": "tab:green",
+    "D": "tab:orange",
+    "E": "tab:red",
+}
+
+
+def plot_ablation(rows: list[dict], bars: Path, curves: Path) -> tuple[Path, Path]:
+    """Table 3 as pictures: dev BLEU and dev perplexity per row, coloured by group (``bars``), and each
+    row's validation loss against updates (``curves``). ``rows`` are ``ablation.measure_row`` results."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [row["name"] for row in rows]
+    colours = [GROUP_COLOURS.get(row["group"], "grey") for row in rows]
+    figure, (bleu_axis, ppl_axis) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+    for axis, key, label in (
+        (bleu_axis, "dev_sacrebleu", "dev BLEU (beam 4, alpha 0.6)"),
+        (ppl_axis, "dev_perplexity", "dev perplexity (per BPE token)"),
+    ):
+        values = [row[key] for row in rows]
+        axis.bar(names, values, color=colours)
+        axis.axhline(
+            values[names.index("base")] if "base" in names else values[0], color="black", lw=0.8, ls=":"
+        )
+        axis.set_ylabel(label)
+        axis.tick_params(axis="x", rotation=45)
+        axis.grid(axis="y", alpha=0.3)
+        for x, value in enumerate(values):
+            axis.annotate(f"{value:.1f}", (x, value), ha="center", va="bottom", fontsize=7)
+    figure.suptitle("Table 3 rows: A heads, B key size, C model size, D regularisation, E positions")
+    figure.tight_layout()
+    figure.savefig(bars)
+    plt.close(figure)
+
+    figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
+    for row, colour in zip(rows, colours, strict=True):
+        points = [point for point in row.get("history", []) if "loss" in point]
+        if points:
+            axis.plot(
+                [p["step"] for p in points],
+                [p["loss"] for p in points],
+                "-",
+                color=colour,
+                label=row["name"],
+                alpha=0.8,
+            )
+    axis.set_xlabel("updates")
+    axis.set_ylabel("validation loss (label-smoothed)")
+    axis.set_title("Learning curves of the Table 3 rows")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7, ncol=2)
+    figure.tight_layout()
+    figure.savefig(curves)
+    plt.close(figure)
+    return bars, curves
+
+
+__all__ = ["plot_history", "plot_ablation"]
