@@ -60,7 +60,13 @@ class ClassificationArguments:
     class_names: list[str] | None = field(
         default=None, metadata={"help": "Names of labels 0, 1, ... (default: from the data)."}
     )
-    validation_fraction: float = 0.04
+    validation_size: float = field(
+        default=0.04,
+        metadata={
+            "help": "Without validation_file: training texts held out for validation (and out of pre-training), "
+            "a count (>= 1) or a fraction (< 1) of the distinct texts, chosen by `seed`."
+        },
+    )
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
     vocab_size: int = 16000
@@ -87,6 +93,10 @@ class ClassificationArguments:
     run_dir: str = "runs/imdb-classifier"
 
     def __post_init__(self):
+        if not self.validation_size > 0:
+            raise ValueError(
+                f"`validation_size` must be a count >= 1 or a fraction in (0, 1), got {self.validation_size!r}."
+            )
         if self.mixed_precision not in MIXED_PRECISION_CHOICES:
             raise ValueError(
                 f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {self.mixed_precision!r}."
@@ -146,6 +156,25 @@ def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
                 f"{path}: row {index} has {args.label_column!r}={label!r}; labels must be integers."
             )
     return data
+
+
+def split_validation(data: Dataset, size: float, seed: int, text_column: str) -> tuple[Dataset, Dataset]:
+    """Hold out part of a training file for validation: ``(train, validation)``, the same for the same
+    ``seed``. ``size`` counts distinct texts (>= 1) or is a fraction of them (< 1). A text that occurs
+    more than once (IMDB's train file repeats 96 reviews) lies on one side only, so no validation text is
+    ever trained on; the test file is not read."""
+    texts = [clean_text(text) for text in data[text_column]]
+    distinct = list(dict.fromkeys(texts))  # first-seen order: deterministic
+    count = int(size) if size >= 1 else round(size * len(distinct))
+    if not 0 < count < len(distinct):
+        raise ValueError(
+            f"`validation_size`={size!r} holds out {count} of {len(distinct)} distinct training texts; "
+            "it must leave at least one on each side."
+        )
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    held_out = {distinct[i] for i in order[:count]}
+    inside = np.fromiter((text in held_out for text in texts), dtype=bool, count=len(texts))
+    return data.select(np.flatnonzero(~inside)), data.select(np.flatnonzero(inside))
 
 
 def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[int, str], dict[str, int]]:
@@ -227,5 +256,6 @@ __all__ = [
     "classification_metrics",
     "plot_confusion_matrix",
     "load_labelled",
+    "split_validation",
     "label_maps",
 ]

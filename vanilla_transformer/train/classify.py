@@ -34,6 +34,7 @@ from .classification import (
     label_maps,
     load_labelled,
     plot_confusion_matrix,
+    split_validation,
     write_json,
 )
 from .data import data_path, load_or_train_tokenizer
@@ -112,6 +113,35 @@ def _subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
     return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
 
 
+def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[str], list[str]]:
+    """``(corpus, validation)``: the texts pre-training learns from and the held-out ones it may report on.
+
+    The corpus is the training file without its validation texts (the split ``train_classifier`` holds out
+    with the same ``validation_size`` and seed), plus ``unlabelled_files``; any text that is also a
+    validation or test text is dropped (IMDB's unlabelled file repeats 266 test reviews word for word),
+    so fine-tuning's choices and the final score stay on text pre-training never saw."""
+    train = load_labelled(args, args.train_file)
+    if args.validation_file:
+        validation = load_labelled(args, args.validation_file)
+    else:
+        train, validation = split_validation(train, args.validation_size, seed, args.text_column)
+    texts = list(train[args.text_column])
+    for file in args.unlabelled_files:
+        texts += list(
+            load_dataset("json", data_files=data_path(file, args.data_dir), split="train")[args.text_column]
+        )
+    held_out = list(validation[args.text_column])
+    excluded = {clean_text(text) for text in held_out}
+    if args.test_file:
+        excluded |= {clean_text(text) for text in load_labelled(args, args.test_file)[args.text_column]}
+    corpus = [text for text in texts if clean_text(text) not in excluded]
+    print(
+        f"Pre-training on {len(corpus):,} texts ({len(texts) - len(corpus):,} dropped: validation or test text); "
+        f"{len(held_out):,} held out."
+    )
+    return corpus, held_out
+
+
 def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> Path:
     """BERT-style masked-LM pre-training of the encoder on the training texts and ``unlabelled_files``.
 
@@ -119,12 +149,7 @@ def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> 
     (batch, length, vocabulary) logits that would dominate a small encoder's step are never built."""
     precision = precision_record(args, training)
     print(f"Precision: {describe_precision(precision)}.")
-    train = load_labelled(args, args.train_file)
-    texts = list(train[args.text_column])
-    for file in args.unlabelled_files:
-        texts += list(
-            load_dataset("json", data_files=data_path(file, args.data_dir), split="train")[args.text_column]
-        )
+    texts, _ = pretraining_texts(args, training.seed)
     tokenizer = classification_tokenizer(args, texts)
     corpus = _encode(Dataset.from_dict({args.text_column: texts}), tokenizer, args, with_labels=False)
     model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
@@ -166,8 +191,7 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
     if args.validation_file:
         validation = load_labelled(args, args.validation_file)
     else:
-        parts = train.train_test_split(test_size=args.validation_fraction, seed=training.seed)
-        train, validation = parts["train"], parts["test"]
+        train, validation = split_validation(train, args.validation_size, training.seed, args.text_column)
     id2label, label2id = label_maps(
         args, list(train[args.label_column]) + list(validation[args.label_column])
     )
