@@ -1,0 +1,175 @@
+"""`vanilla-transformer ablate`: Table 3's rows trained for one budget, measured, tabulated; resumable."""
+
+import json
+import subprocess
+
+import pytest
+from test_config import paper_parameter_count
+from transformers import AutoTokenizer
+
+from vanilla_transformer.cli import main
+from vanilla_transformer.train import ablation
+
+TINY_RECIPE = """
+dataset: synthetic
+synthetic_train_size: 160
+synthetic_eval_size: 12
+vocab_size: 300
+max_source_length: 24
+max_target_length: 24
+model: {d_model: 32, d_ff: 64, num_heads: 4, num_encoder_layers: 1, num_decoder_layers: 1}
+max_tokens: 600
+max_steps: 3
+warmup_steps: 2
+eval_every: 3
+eval_bleu_samples: 4
+save_every: 3
+keep_last: 1
+mixed_precision: "no"
+report_to: none
+"""
+
+STUDY = """
+recipe: tiny.yaml
+settings: {max_steps: 2, save_every: 1, eval_every: 2, model.dropout: 0.0}
+rows:
+  A:
+    - {model.num_heads: 1}
+  B:
+    - {model.d_k: 4}
+  C:
+    - {model.d_model: 16, model.d_ff: 48}
+"""
+
+
+def write_study(folder, study=STUDY):
+    (folder / "tiny.yaml").write_text(TINY_RECIPE)
+    (folder / "table3.yaml").write_text(study)
+    return folder / "table3.yaml"
+
+
+def attention_parameters(d_model, heads, d_k, d_v):
+    """q, k (D -> h d_k), v (D -> h d_v) and the output projection (h d_v -> D), with biases."""
+    return (
+        2 * (d_model * heads * d_k + heads * d_k)
+        + d_model * heads * d_v
+        + heads * d_v
+        + heads * d_v * d_model
+        + d_model
+    )
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("table3")
+    study = write_study(folder)
+    main(["ablate", "--recipe", str(study), "--output", str(folder / "runs")])
+    return folder
+
+
+def test_every_row_is_trained_for_the_same_budget_and_measured_on_dev(table):
+    result = json.loads((table / "runs" / "table3.json").read_text())
+    rows = {row["name"]: row for row in result["rows"]}
+    assert sorted(rows) == ["A1", "B1", "C1", "base"]
+    for row in rows.values():
+        assert row["updates"] == 2  # the shared settings' budget, not the recipe's 3
+        assert row["dev_perplexity"] > 1.0 and row["dev_sentences"] == 12
+        assert 0.0 <= row["dev_sacrebleu"] <= 100.0
+        assert (table / "runs" / row["name"] / "dev_hypotheses.txt").read_text().count("\n") == 12
+    # Every row trains the same tokenizer (same data, same size), so only the architecture differs.
+    vocab = len(AutoTokenizer.from_pretrained(table / "runs" / "base" / "model"))
+    assert vocab == len(AutoTokenizer.from_pretrained(table / "runs" / "C1" / "model"))
+    assert rows["base"]["parameters"] == paper_parameter_count(vocab, 32, 64, 1)
+    assert rows["A1"]["parameters"] == rows["base"]["parameters"]  # h x d_k = d_model: the same computation
+    assert rows["C1"]["parameters"] == paper_parameter_count(vocab, 16, 48, 1)
+    # Row B: d_k = 4 with 4 heads shrinks q and k only (d_v stays d_model / h = 8).
+    smaller = 3 * (attention_parameters(32, 4, 8, 8) - attention_parameters(32, 4, 4, 8))
+    assert rows["B1"]["parameters"] == rows["base"]["parameters"] - smaller
+    assert rows["B1"]["config"]["d_k"] == "4" and rows["B1"]["config"]["d_v"] == "8"
+
+
+def test_the_table_is_laid_out_as_the_papers(table):
+    lines = (table / "runs" / "table3.md").read_text().splitlines()
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert header[1:4] == ["N", "d_model", "d_ff"] and header[-3:] == [
+        "PPL (dev)",
+        "BLEU (dev)",
+        "params ×10⁶",
+    ]
+    body = {
+        cells[0]: cells for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[2:])
+    }
+    assert body["base"][1:5] == ["1", "32", "64", "4"]  # the base row shows every value
+    row_a = body["A"]
+    assert row_a[header.index("h")] == "1" and row_a[header.index("d_k")] == "32"
+    assert row_a[header.index("d_model")] == "" and row_a[header.index("N")] == ""  # blank: the base value
+    assert (table / "runs" / "table3.png").stat().st_size > 0
+    assert (table / "runs" / "table3_curves.png").stat().st_size > 0
+
+
+def test_a_re_run_skips_finished_rows(table, monkeypatch):
+    def no_training(*args, **kwargs):
+        raise AssertionError(f"a finished row was trained again: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_training)
+    before = (table / "runs" / "A1" / "table3_row.json").stat().st_mtime_ns
+    main(["ablate", "--recipe", str(table / "table3.yaml"), "--output", str(table / "runs")])
+    assert (table / "runs" / "A1" / "table3_row.json").stat().st_mtime_ns == before
+
+
+def test_a_started_row_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    study = ablation.read_study(write_study(tmp_path))
+    (tmp_path / "runs" / "base" / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+    commands = []
+
+    def record(command, **kwargs):
+        commands.append(command)
+        raise SystemExit  # stop after the first row's command
+
+    monkeypatch.setattr(subprocess, "run", record)
+    with pytest.raises(SystemExit):
+        ablation.run_study(study, study.select(None), tmp_path / "runs")
+    assert "resume=true" in commands[0] and f"output_dir={tmp_path / 'runs' / 'base'}" in commands[0]
+
+
+def test_print_commands_lists_one_ordinary_training_command_per_selected_row(tmp_path, capsys):
+    study = write_study(tmp_path)
+    main(["ablate", "--recipe", str(study), "--rows", "A,C1", "--print-commands", "--output", "out"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3  # base, A1, C1
+    assert all(line.startswith("vanilla-transformer train --recipe ") for line in lines)
+    assert "--set model.num_heads=1" in lines[1] and "--set output_dir=out/A1" in lines[1]
+    assert "--set max_steps=2" in lines[2] and "--set model.d_model=16" in lines[2]
+
+
+def test_a_bad_override_names_the_row_and_the_key(tmp_path):
+    bad = STUDY.replace("model.num_heads: 1", "model.num_hedas: 1")
+    with pytest.raises(ValueError, match=r"row A1 .*model\.num_hedas"):
+        ablation.read_study(write_study(tmp_path, bad))
+    with pytest.raises(ValueError, match=r"--rows: unknown row\(s\) F2"):
+        ablation.read_study(write_study(tmp_path)).select("A,F2")
+
+
+def test_dev_perplexity_is_the_unsmoothed_per_token_perplexity(table):
+    """A model whose logits are all zero predicts uniformly: perplexity = vocabulary size, whatever the
+    label smoothing the training loss uses (§5.4 smooths the loss, not the metric)."""
+    import torch
+
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.train.arguments import load_arguments
+    from vanilla_transformer.train.loop import prepare_data
+
+    folder = table / "runs" / "base"
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder / "model")
+    args = load_arguments(str(table / "tiny.yaml"))
+    validation = prepare_data(args)["validation"]
+    trained = ablation.dev_perplexity(model, tokenizer, validation, args)
+    model.config.label_smoothing = 0.4
+    assert ablation.dev_perplexity(model, tokenizer, validation, args) == pytest.approx(trained, rel=1e-6)
+    assert trained < len(tokenizer)  # two updates already beat guessing
+    with torch.no_grad():
+        model.get_input_embeddings().weight.zero_()  # tied to the output projection (§3.4): logits = 0
+    assert ablation.dev_perplexity(model, tokenizer, validation, args) == pytest.approx(
+        len(tokenizer), rel=1e-4
+    )
