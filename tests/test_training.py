@@ -56,11 +56,15 @@ def run(tmp_path, name, model=None, **settings):
     return train(args), tmp_path / name
 
 
-def logged_losses(folder):
+def logged_rows(folder):
+    """``train_log.jsonl`` by step (a step logged twice, by a resumed run, keeps its last row)."""
     return {
-        row["step"]: row["train/loss"]
-        for row in map(json.loads, (folder / "train_log.jsonl").read_text().splitlines())
+        row["step"]: row for row in map(json.loads, (folder / "train_log.jsonl").read_text().splitlines())
     }
+
+
+def logged_losses(folder):
+    return {step: row["train/loss"] for step, row in logged_rows(folder).items()}
 
 
 # -- tokenizer ---------------------------------------------------------------------------------------
@@ -117,6 +121,47 @@ def test_eq3_peaks_at_warmup_and_scheduler_follows_it():
         scheduler.step()
     assert rates == pytest.approx([transformer_learning_rate(k, 512, 10) for k in range(1, 31)])
     assert max(rates) == rates[9]  # update 10 = end of warmup
+
+
+def test_eq3_paper_constants():
+    """Worked by hand: 512^-0.5 * 4000^-0.5 = (2,048,000)^-0.5 = 6.98771e-4 at the end of warmup; at
+    step 16000 = 4 x warmup, step^-0.5 halves it: 3.49386e-4 (and warmup's linear branch meets it)."""
+    assert transformer_learning_rate(4000, 512, 4000) == pytest.approx(6.98771e-4, rel=1e-5)
+    assert transformer_learning_rate(16000, 512, 4000) == pytest.approx(3.49386e-4, rel=1e-5)
+    assert transformer_learning_rate(1000, 512, 4000) == pytest.approx(6.98771e-4 / 4, rel=1e-5)  # linear
+
+
+# Eq. 3 with d_model 32, warmup 4, worked by hand: 32^-0.5 = 0.1767767 and 4^-1.5 = 1/8, so during warmup
+# lr(k) = 0.1767767 * k / 8 = 0.0220971 * k; the peak lr(4) = (32 * 4)^-0.5 = 128^-0.5 = 0.0883883; after it
+# lr(k) = (32 k)^-0.5: lr(5) = 160^-0.5 = 0.0790569, lr(8) = 256^-0.5 = 1/16, lr(16) = 512^-0.5 = 0.0441942,
+# half the peak (4 x warmup, as lr(16000) is half of lr(4000) in the paper's setting).
+EQ3_D32_WARMUP4 = {
+    1: 0.0220971,
+    2: 0.0441942,
+    3: 0.0662913,
+    4: 0.0883883,
+    5: 0.0790569,
+    8: 0.0625,
+    16: 0.0441942,
+}
+
+
+def test_the_logged_learning_rate_of_update_k_is_eq3_at_step_k(tmp_path):
+    """A real run logs, in the row of step k, the rate update k stepped with: update 1 uses lr(1), never
+    lr(0) or lr(2) (the scheduler has already moved on to the next update's rate when the row is written)."""
+    _, folder = run(tmp_path, "run", max_steps=16, warmup_steps=4, lr_scale=1.0, save_every=16)
+    rates = {step: row["train/lr"] for step, row in logged_rows(folder).items()}
+    assert sorted(rates) == list(range(1, 17))
+    assert {step: rates[step] for step in EQ3_D32_WARMUP4} == pytest.approx(EQ3_D32_WARMUP4, rel=1e-5)
+    assert max(rates, key=rates.get) == 4  # the peak is the last warmup update
+    assert rates[16] == pytest.approx(rates[4] / 2, rel=1e-6)
+    # The optimizer carries the schedule: after update 16 it holds lr(17) for the next update,
+    # (32 * 17)^-0.5 = 544^-0.5 = 0.0428746 (Accelerate's save_state stores Adam as optimizer.bin).
+    optimizer = torch.load(latest_checkpoint(folder / "checkpoints") / "state" / "optimizer.bin")
+    assert optimizer["param_groups"][0]["lr"] == pytest.approx(0.0428746, rel=1e-5)
+    assert (
+        optimizer["param_groups"][0]["betas"] == (0.9, 0.98) and optimizer["param_groups"][0]["eps"] == 1e-9
+    )
 
 
 # -- batching ----------------------------------------------------------------------------------------------
@@ -252,18 +297,24 @@ def test_a_final_save_just_after_a_periodic_one_is_not_averaged_twice(tmp_path):
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, precision):
     """DDP averages the gradients of two processes that each take one batch; one process accumulating
-    the same two batches with each loss halved computes the same mean gradient. Tolerance: the sums run
-    in a different order (fp32, ~1e-7 relative), and three Adam updates of lr ~1e-3 keep the parameters
-    within 1e-5 of each other.
+    the same two batches with each loss halved computes the same mean gradient. So every update's loss
+    (averaged over both processes' batches) and its gradient norm before clipping agree, and so do the
+    weights after each update. Adam and clipping hide a constant scale of the gradient (a sum over
+    processes instead of the mean trains the same weights): the unclipped norm is what shows it.
+
+    Tolerance: the sums run in a different order (fp32, ~1e-7 relative), and three Adam updates of lr
+    ~1e-3 keep the parameters within 1e-5 of each other, while each update moves them by ~1e-2.
 
     The validation split has 3 batches: on two processes the second repeats the first batch (Accelerate's
     even_batches), which must not count twice in the validation loss."""
     settings = {
         **TINY_RUN,
         "max_steps": 3,
-        "save_every": 3,
+        "save_every": 1,
+        "eval_every": 3,
         "eval_bleu_samples": 1,
         "synthetic_eval_size": 24,
+        "max_grad_norm": 0.5,  # clips every update here: a scaled gradient clips to the same step
     }
     model = {**TINY_MODEL, "dropout": 0.0}
     overrides = [f"--set={key}={value}" for key, value in settings.items() if key != "model"]
@@ -307,15 +358,34 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, pr
     )
     assert two.returncode == 0, two.stderr[-3000:]
     assert "2 process(es) per update" in two.stdout + two.stderr
-    a = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "one" / "model").state_dict()
-    b = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "model").state_dict()
-    initial = AutoModelForSeq2SeqLM.from_pretrained(
-        latest_checkpoint(tmp_path / "one" / "checkpoints") / "model"
-    ).state_dict()
-    moved = max((a[name] - initial[name]).abs().max().item() for name in a)
-    assert moved == 0  # the last checkpoint is the final model
-    for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
+    assert "1 batch(es) x 2 process(es)" in two.stdout + two.stderr
+    assert "2 batch(es) x 1 process(es)" in one.stdout + one.stderr
+
+    one_log, two_log = (logged_rows(tmp_path / name) for name in ("one", "two"))
+    assert sorted(one_log) == sorted(two_log) == [1, 2, 3]
+    for step in (1, 2, 3):
+        assert two_log[step]["train/loss"] == pytest.approx(one_log[step]["train/loss"], rel=1e-5)
+        assert two_log[step]["train/grad_norm"] == pytest.approx(one_log[step]["train/grad_norm"], rel=1e-4)
+    # The logged norm is the unclipped one: clipped norms would all be 0.5.
+    assert min(row["train/grad_norm"] for row in one_log.values()) > 0.55
+
+    checkpoints = {
+        name: [
+            AutoModelForSeq2SeqLM.from_pretrained(folder / "model").state_dict()
+            for folder in checkpoint_dirs(tmp_path / name / "checkpoints")
+        ]
+        for name in ("one", "two")
+    }
+    assert len(checkpoints["one"]) == len(checkpoints["two"]) == 3  # after updates 1, 2 and 3
+    for a, b in zip(checkpoints["one"], checkpoints["two"], strict=True):
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=0)
+    first, last = checkpoints["one"][0], checkpoints["one"][-1]
+    moved = max((last[name] - first[name]).abs().max().item() for name in first)
+    assert moved > 1e-2  # updates 2 and 3 changed the weights: the comparison above is not of two copies
+    final = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "two" / "model").state_dict()
+    for name in final:
+        torch.testing.assert_close(final[name], checkpoints["one"][-1][name], atol=1e-5, rtol=0)
     one_results, two_results = (
         json.loads((tmp_path / run / "results.json").read_text()) for run in ("one", "two")
     )

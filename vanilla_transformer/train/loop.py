@@ -336,24 +336,39 @@ class Clock:
 
 @dataclass
 class LossWindow:
-    """Training loss (mean over batches) and throughput since the last log line."""
+    """What the log line of ``state.step`` reports about the updates since the previous one: the training
+    loss (mean over the batches of every process), the gradient norm (mean over updates), the learning rate
+    of the last update and the throughput."""
 
     loss: float = 0.0
     batches: int = 0
     tokens: int = 0
+    grad_norm: float = 0.0
+    updates: int = 0
+    learning_rate: float = 0.0
     start: float = field(default_factory=time.time)
 
-    def add(self, loss: float, tokens: int) -> None:
+    def add_batch(self, loss: float, tokens: int) -> None:
         self.loss, self.batches, self.tokens = self.loss + loss, self.batches + 1, self.tokens + tokens
 
-    def take(self, learning_rate: float) -> dict:
-        """The window's metrics; the window starts again."""
+    def add_update(self, grad_norm: float, learning_rate: float) -> None:
+        """An update's gradient norm (before clipping) and the rate Adam stepped with."""
+        self.grad_norm, self.updates = self.grad_norm + grad_norm, self.updates + 1
+        self.learning_rate = learning_rate
+
+    def take(self, accelerator: Accelerator) -> dict:
+        """The window's metrics; the window starts again. Every process must call it (the loss is averaged
+        over processes: each one holds only the losses of its own batches)."""
+        local = torch.tensor([self.loss / max(self.batches, 1)], device=accelerator.device)
         metrics = {
-            "train/loss": self.loss / max(self.batches, 1),
-            "train/lr": learning_rate,
+            "train/loss": accelerator.reduce(local, reduction="mean").item(),
+            "train/lr": self.learning_rate,
+            # Gradients are all-reduced before the norm is taken: every process sees the same norm.
+            "train/grad_norm": self.grad_norm / max(self.updates, 1),
             "train/tokens_per_second": self.tokens / max(time.time() - self.start, 1e-9),
         }
         self.loss, self.batches, self.tokens, self.start = 0.0, 0, 0, time.time()
+        self.grad_norm, self.updates = 0.0, 0
         return metrics
 
 
@@ -386,9 +401,12 @@ def run_epoch(run: Run, state: RunState, clock: Clock, window: LossWindow, progr
         batches = accelerator.skip_first_batches(run.train_loader, state.batches_in_epoch)
     for batch in batches:
         state.batches_in_epoch += 1
-        window.add(train_step(run, batch), count_tokens(batch) * accelerator.num_processes)
+        loss, grad_norm = train_step(run, batch)
+        window.add_batch(loss, count_tokens(batch) * accelerator.num_processes)
         if not accelerator.sync_gradients:
             continue  # more batches of this update to come
+        # Update state.step + 1 stepped with Eq. 3's rate at that step; the scheduler moves on to the next.
+        window.add_update(grad_norm, run.scheduler.get_last_lr()[0])
         run.scheduler.step()
         state.step += 1
         progress.update(1)
@@ -397,8 +415,9 @@ def run_epoch(run: Run, state: RunState, clock: Clock, window: LossWindow, progr
     return False
 
 
-def train_step(run: Run, batch: dict) -> float:
-    """Forward and backward of one batch; on the last batch of an update, clip and step Adam.
+def train_step(run: Run, batch: dict) -> tuple[float, float | None]:
+    """Forward and backward of one batch; on the last batch of an update, clip and step Adam. Returns the
+    batch's loss and, on an update's last batch, the gradient norm before clipping (else None).
 
     Each batch's loss is label-smoothed and averaged over its target tokens; ``accelerator.backward``
     divides it by the batches per update, so every batch of an update weighs the same, as every
@@ -407,14 +426,18 @@ def train_step(run: Run, batch: dict) -> float:
     the gradient all-reduce and the prepared optimizer skips ``step`` and ``zero_grad``.
     """
     accelerator, model = run.accelerator, run.model
+    grad_norm = None
     with accelerator.accumulate(model):
         loss = model(**batch).loss
         accelerator.backward(loss)
-        if accelerator.sync_gradients and run.args.max_grad_norm:
-            accelerator.clip_grad_norm_(model.parameters(), run.args.max_grad_norm)
+        if accelerator.sync_gradients:
+            # The norm of the update's (all-reduced) gradient, measured before clipping; without
+            # max_grad_norm only measured (an infinite bound scales by 1).
+            max_norm = run.args.max_grad_norm or math.inf
+            grad_norm = accelerator.clip_grad_norm_(model.parameters(), max_norm).item()
         run.optimizer.step()
         run.optimizer.zero_grad(set_to_none=True)
-    return loss.item()
+    return loss.item(), grad_norm
 
 
 def count_tokens(batch) -> int:
@@ -426,7 +449,7 @@ def after_update(run: Run, state: RunState, clock: Clock, window: LossWindow, pr
     """Logging, validation and a checkpoint, as update ``state.step`` calls for; True when the run is over."""
     args = run.args
     if state.step % args.log_every == 0:
-        log_training(run, state, window.take(run.scheduler.get_last_lr()[0]), progress, clock)
+        log_training(run, state, window.take(run.accelerator), progress, clock)
     finished = clock.out_of_budget(state)
     if run.valid_loader is not None and (state.step % args.eval_every == 0 or finished):
         validate(run, state, clock)
@@ -445,7 +468,10 @@ def after_update(run: Run, state: RunState, clock: Clock, window: LossWindow, pr
 
 
 def log_training(run: Run, state: RunState, metrics: dict, progress, clock: Clock) -> None:
-    """The progress bar, the trackers and ``train_log.jsonl``."""
+    """The progress bar, the trackers and ``train_log.jsonl``. A row labelled step k reports update k:
+    ``train/lr`` is the rate it stepped with (Eq. 3 at step k, counting from 1), ``train/grad_norm`` the
+    norm of its gradient before clipping, ``train/loss`` the loss of its batches (means over the updates
+    since the previous row when ``log_every`` > 1)."""
     progress.set_postfix(
         loss=f"{metrics['train/loss']:.3f}",
         lr=f"{metrics['train/lr']:.2e}",
