@@ -1,0 +1,448 @@
+"""A demo page for a saved model, as a Hub Space shows it (Gradio; ``pip install 'vanilla-transformer[demo]'``).
+
+For a translation model: a text box, the translation (beam size, length penalty and maximum new tokens
+adjustable; the defaults are the model's own, §6.1), and the three uses of attention of §3.2.3 (encoder
+self-attention, masked decoder self-attention, encoder-decoder attention) of a chosen layer and head as
+pictures: the weights ``softmax(QK^T / sqrt(d_k))`` of Eq. 1. For a classifier: the label with its scores.
+For a causal language model: a continuation. Bad input (empty or over-long text, a folder that holds no
+model of ours) gets a message on the page; the server keeps serving.
+
+    vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H]
+    python -m vanilla_transformer.demo --model DIR_OR_HUB_ID
+
+The same file runs as a Space's ``app.py`` (``vanilla-transformer push --with-demo`` uploads it with
+``attention_maps.py`` and a ``requirements.txt``): there the package need not be installed, the model is
+``$VT_DEMO_MODEL`` (a Hub id or folder) or the folder the file sits in, and it loads through the Auto
+classes with the model's own remote code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+if importlib.util.find_spec("vanilla_transformer") is not None:
+    from vanilla_transformer.attention_maps import KINDS, attention_weights
+else:  # a Space's app.py: attention_maps.py was uploaded beside it
+    from attention_maps import KINDS, attention_weights
+
+logger = logging.getLogger(__name__)
+
+MODEL_ENV = "VT_DEMO_MODEL"
+# What a Space needs to run this file as app.py without the package (the ranges of pyproject.toml).
+REQUIREMENTS = ["torch>=2.4", "transformers>=5.0,<6", "matplotlib>=3.8", "gradio>=6,<7"]
+TASKS = {  # the classes the page serves -> (task, the Auto class a folder's remote code names)
+    "VanillaTransformerForConditionalGeneration": ("translation", "AutoModelForSeq2SeqLM"),
+    "VanillaTransformerForSequenceClassification": ("classification", "AutoModelForSequenceClassification"),
+    "VanillaTransformerForCausalLM": ("generation", "AutoModelForCausalLM"),
+}
+
+
+def _gradio():
+    try:
+        import gradio
+    except ImportError as error:
+        raise ImportError(
+            "The demo needs gradio: pip install 'vanilla-transformer[demo]' (or pip install gradio)."
+        ) from error
+    return gradio
+
+
+# ------------------------------------------------------------------------------------------------
+# Loading, and the checks that turn bad input into a sentence
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Loaded:
+    """A model the page serves, its tokenizer and the longest text it reads (in tokens)."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    task: str
+    limit: int
+    limit_name: str
+
+
+def load_for_demo(model_path: str | Path) -> Loaded:
+    """Load a saved folder or Hub id; a ``ValueError`` that says what is wrong when it is not a
+    translation model, classifier or causal LM of this package (or cannot be read)."""
+    from transformers import AutoTokenizer, PretrainedConfig
+
+    model_path = str(model_path)
+    folder = Path(model_path).expanduser()
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise ValueError(f"{model_path!r} is not a saved model folder: it has no config.json.")
+    if not folder.exists() and (model_path.startswith(("/", ".", "~")) or model_path.count("/") != 1):
+        raise ValueError(f"No such model folder: {model_path!r} (nor is it a Hub id, USER/NAME).")
+    try:
+        config, _ = PretrainedConfig.get_config_dict(model_path)
+    except (OSError, ValueError, json.JSONDecodeError) as error:
+        raise ValueError(f"Cannot read the config.json of {model_path!r}: {error}") from error
+    if config.get("model_type") != "vanilla_transformer":
+        raise ValueError(
+            f"{model_path!r} holds a model of type {config.get('model_type')!r} (config.json's model_type), "
+            "not 'vanilla_transformer': the demo serves models saved by this package."
+        )
+    architecture = next((name for name in config.get("architectures") or [] if name in TASKS), None)
+    if architecture is None:
+        raise ValueError(
+            f"{model_path!r} is a {', '.join(config.get('architectures') or ['bare model'])}: the demo serves "
+            f"{', '.join(TASKS)} (config.json's architectures)."
+        )
+    task, auto_class = TASKS[architecture]
+    # Without the package (a Space's app.py), the folder's own remote code defines the config and model.
+    remote_code = importlib.util.find_spec("vanilla_transformer") is None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=remote_code)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{model_path!r} has no readable tokenizer (tokenizer.json): {error}") from error
+    if not remote_code:
+        from vanilla_transformer.loading import MODEL_CLASSES, load_saved_model
+
+        model = load_saved_model(model_path, MODEL_CLASSES[architecture])  # names a damaged weights file
+    else:
+        import transformers
+
+        model = getattr(transformers, auto_class).from_pretrained(model_path, trust_remote_code=True)
+    model.eval()
+    # The longest text the model was trained for: the tokenizer records it (the CLI's translate cuts to it),
+    # the config bounds positions (the translation pipeline cuts to it); the page names the smaller.
+    limit, limit_name = model.config.max_position_embeddings, "max_position_embeddings"
+    if tokenizer.model_max_length < limit:
+        limit, limit_name = tokenizer.model_max_length, "the tokenizer's model_max_length"
+    return Loaded(model, tokenizer, task, limit, limit_name)
+
+
+def check_text(loaded: Loaded, text: str) -> None:
+    """Raise a ``ValueError`` for text the model cannot read: empty, or longer than it was trained for."""
+    if not text or not text.strip():
+        raise ValueError("The text is empty: type a sentence first.")
+    length = len(loaded.tokenizer(text)["input_ids"])
+    if length > loaded.limit:
+        raise ValueError(
+            f"The text is {length} tokens long; this model reads at most {loaded.limit} tokens "
+            f"({loaded.limit_name}). Shorten it or split it into sentences."
+        )
+
+
+# ------------------------------------------------------------------------------------------------
+# What each task computes
+# ------------------------------------------------------------------------------------------------
+
+
+def translate(loaded: Loaded, text: str, num_beams: int, length_penalty: float, max_new_tokens: int) -> str:
+    """Beam search (§6.1) with the page's settings; ``max_new_tokens`` 0 keeps the model's own bound
+    (source length + 50)."""
+    check_text(loaded, text)
+    encoded = loaded.tokenizer(text, return_tensors="pt")
+    settings = {"num_beams": int(num_beams)}
+    if int(num_beams) > 1:
+        settings["length_penalty"] = float(length_penalty)
+    if int(max_new_tokens) > 0:
+        settings["max_new_tokens"] = int(max_new_tokens)
+    with torch.no_grad():
+        output = loaded.model.generate(**encoded, **settings)[0]
+    return loaded.tokenizer.decode(output, skip_special_tokens=True)
+
+
+def classify(loaded: Loaded, text: str) -> dict[str, float]:
+    """Each label's probability (softmax of the classifier's logits)."""
+    check_text(loaded, text)
+    with torch.no_grad():
+        logits = loaded.model(**loaded.tokenizer(text, return_tensors="pt")).logits[0]
+    config = loaded.model.config
+    return {config.id2label[i]: float(p) for i, p in enumerate(logits.float().softmax(-1))}
+
+
+def continue_text(loaded: Loaded, text: str, num_beams: int, max_new_tokens: int) -> str:
+    """The causal LM's continuation of the prompt (no end-of-sequence token appended to it)."""
+    check_text(loaded, text)
+    encoded = loaded.tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        output = loaded.model.generate(
+            **encoded, num_beams=int(num_beams), max_new_tokens=max(1, int(max_new_tokens))
+        )[0]
+    return loaded.tokenizer.decode(output[encoded["input_ids"].shape[-1] :], skip_special_tokens=True)
+
+
+def attention(loaded: Loaded, text: str, target: str | None = None) -> dict:
+    """``attention_maps.attention_weights`` for the text (and its translation), leaving the model on the
+    attention implementation it had (the maps need the eager path)."""
+    before = loaded.model.config._attn_implementation
+    try:
+        return attention_weights(loaded.model, loaded.tokenizer, text, target)
+    finally:
+        if before and before != "eager":
+            loaded.model.set_attn_implementation(before)
+
+
+def draw_head(found: dict | None, kind: str, layer: int, head: int):
+    """One head's weights (queries down, keys across) as a PIL image; None when ``found`` lacks ``kind``.
+    A layer past the stack's depth shows its last layer (the title says which)."""
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    if not found or kind not in found["weights"]:
+        return None
+    weights = found["weights"][kind]  # (layers, heads, queries, keys)
+    layer = min(int(layer), weights.shape[0])
+    head = min(int(head), weights.shape[1])
+    title, key_side, query_side = KINDS[kind]
+    keys, queries = found["tokens"][key_side], found["tokens"][query_side]
+    size = min(9.0, max(3.2, 0.3 * max(len(keys), len(queries)) + 1.2))
+    figure = Figure(figsize=(size, size), dpi=100)
+    axis = figure.subplots()
+    shown = axis.imshow(weights[layer - 1, head - 1].float().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+    axis.set_xticks(range(len(keys)), keys, rotation=90, fontsize=8)
+    axis.set_yticks(range(len(queries)), queries, fontsize=8)
+    axis.set_xlabel(f"{key_side} (keys)", fontsize=8)
+    axis.set_ylabel(f"{query_side} (queries)", fontsize=8)
+    axis.set_title(f"{title}\nlayer {layer}, head {head}", fontsize=9)
+    figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    buffer.seek(0)
+    return Image.open(buffer)
+
+
+# ------------------------------------------------------------------------------------------------
+# The page
+# ------------------------------------------------------------------------------------------------
+
+
+def _failure(error: Exception) -> str:
+    """The sentence the page shows for an error: bad input says what to change; anything else is logged
+    with its traceback on the server and named on the page."""
+    if isinstance(error, ValueError):
+        return f"⚠️ {error}"
+    logger.exception("The demo failed on an input")
+    return f"⚠️ The model failed on this input ({type(error).__name__}: {error})."
+
+
+def _describe(model_path: str, loaded: Loaded) -> str:
+    config = loaded.model.config
+    parameters = sum(p.numel() for p in loaded.model.parameters())
+    lines = [f"# {Path(model_path).name or model_path}", ""]
+    facts = [
+        type(loaded.model).__name__,
+        f"{parameters / 1e6:.1f}M parameters",
+        f"d_model {config.d_model}, {config.num_heads} heads",
+    ]
+    if loaded.task == "translation":
+        if config.source_lang and config.target_lang:
+            facts.insert(1, f"{config.source_lang} → {config.target_lang}")
+        facts.append(f"{config.num_encoder_layers} + {config.num_decoder_layers} layers")
+    else:
+        facts.append(f"{config.num_hidden_layers} layers")
+    facts.append(f"reads at most {loaded.limit} tokens")
+    lines.append(" · ".join(facts))
+    return "\n".join(lines)
+
+
+def build_demo(model_path: str | Path):
+    """The Gradio Blocks page for ``model_path`` (a saved folder or Hub id). A path that holds no model
+    of ours gives a page that says so, instead of an exception."""
+    gr = _gradio()
+    model_path = str(model_path)
+    try:
+        loaded = load_for_demo(model_path)
+    except (ValueError, OSError, ImportError) as error:
+        logger.error("Cannot serve %s: %s", model_path, error)
+        with gr.Blocks(title="vanilla-transformer demo") as demo:
+            gr.Markdown(f"# {model_path}")
+            gr.Markdown(f"⚠️ Cannot serve this model. {error}", elem_id="vt-message")
+        return demo
+    with gr.Blocks(title=f"{Path(model_path).name or model_path} · vanilla-transformer") as demo:
+        gr.Markdown(_describe(model_path, loaded))
+        {"translation": _translation_page, "classification": _classification_page, "generation": _lm_page}[
+            loaded.task
+        ](gr, loaded)
+    return demo
+
+
+def _attention_panel(gr, loaded: Loaded, kinds: list[str]):
+    """Layer and head sliders over one picture per kind of attention; returns (state, sliders, images)."""
+    config = loaded.model.config
+    depth = {"encoder_attentions": config.num_encoder_layers}  # decoder and cross: the decoder's layers
+    layers = max(depth.get(kind, config.num_decoder_layers) for kind in kinds)
+    found = gr.State(None)
+    with gr.Row():
+        layer = gr.Slider(1, layers, value=1, step=1, label="Layer", elem_id="vt-layer")
+        head = gr.Slider(1, config.num_heads, value=1, step=1, label="Head", elem_id="vt-head")
+    with gr.Row():
+        images = [
+            gr.Image(
+                label=KINDS[kind][0],
+                type="pil",
+                format="png",
+                interactive=False,
+                elem_id=f"vt-{kind.removesuffix('_attentions').replace('_', '-')}-attention",
+            )
+            for kind in kinds
+        ]
+
+    def redraw(found_value, layer_value, head_value):
+        return [draw_head(found_value, kind, layer_value, head_value) for kind in kinds]
+
+    for slider in (layer, head):
+        slider.change(redraw, [found, layer, head], images, show_progress="hidden")
+    return found, layer, head, images, redraw
+
+
+def _translation_page(gr, loaded: Loaded) -> None:
+    config, generation = loaded.model.config, loaded.model.generation_config
+    source = f" ({config.source_lang})" if config.source_lang else ""
+    target = f" ({config.target_lang})" if config.target_lang else ""
+    with gr.Row():
+        with gr.Column():
+            text = gr.Textbox(label=f"Source{source}", lines=3, elem_id="vt-input")
+            run = gr.Button("Translate", variant="primary", elem_id="vt-run")
+            with gr.Accordion("Decoding (§6.1 defaults of this model)", open=False):
+                beams = gr.Slider(1, 8, value=generation.num_beams or 1, step=1, label="Beam size")
+                penalty = gr.Slider(
+                    0.0, 2.0, value=generation.length_penalty, step=0.1, label="Length penalty α"
+                )
+                new_tokens = gr.Slider(
+                    0, config.max_position_embeddings, value=0, step=1,
+                    label="Max new tokens (0: source length + 50, §6.1)",
+                )  # fmt: skip
+        with gr.Column():
+            output = gr.Textbox(label=f"Translation{target}", lines=3, interactive=False, elem_id="vt-output")
+            message = gr.Markdown(elem_id="vt-message")
+    kinds = ["encoder_attentions", "decoder_attentions", "cross_attentions"]
+    found, layer, head, images, redraw = _attention_panel(gr, loaded, kinds)
+
+    def respond(text_value, beams_value, penalty_value, new_tokens_value, layer_value, head_value):
+        try:
+            translation = translate(loaded, text_value, beams_value, penalty_value, new_tokens_value)
+            weights = attention(loaded, text_value, translation)
+        except Exception as error:  # noqa: BLE001 - every failure becomes a message on the page
+            gr.Warning(_failure(error))
+            return [_failure(error), "", None, *redraw(None, 1, 1)]
+        return ["", translation, weights, *redraw(weights, layer_value, head_value)]
+
+    inputs = [text, beams, penalty, new_tokens, layer, head]
+    for event in (run.click, text.submit):
+        event(respond, inputs, [message, output, found, *images])
+
+
+def _classification_page(gr, loaded: Loaded) -> None:
+    with gr.Row():
+        with gr.Column():
+            text = gr.Textbox(label="Text", lines=5, elem_id="vt-input")
+            run = gr.Button("Classify", variant="primary", elem_id="vt-run")
+        with gr.Column():
+            output = gr.Label(label="Label", elem_id="vt-output")
+            message = gr.Markdown(elem_id="vt-message")
+    found, layer, head, images, redraw = _attention_panel(gr, loaded, ["encoder_attentions"])
+
+    def respond(text_value, layer_value, head_value):
+        try:
+            scores = classify(loaded, text_value)
+            weights = attention(loaded, text_value)
+        except Exception as error:  # noqa: BLE001 - every failure becomes a message on the page
+            gr.Warning(_failure(error))
+            return [_failure(error), None, None, *redraw(None, 1, 1)]
+        return ["", scores, weights, *redraw(weights, layer_value, head_value)]
+
+    for event in (run.click, text.submit):
+        event(respond, [text, layer, head], [message, output, found, *images])
+
+
+def _lm_page(gr, loaded: Loaded) -> None:
+    with gr.Row():
+        with gr.Column():
+            text = gr.Textbox(label="Prompt", lines=3, elem_id="vt-input")
+            run = gr.Button("Continue", variant="primary", elem_id="vt-run")
+            with gr.Accordion("Decoding", open=False):
+                beams = gr.Slider(1, 8, value=1, step=1, label="Beam size")
+                new_tokens = gr.Slider(
+                    1, loaded.limit, value=min(30, loaded.limit), step=1, label="Max new tokens"
+                )
+        with gr.Column():
+            output = gr.Textbox(label="Continuation", lines=3, interactive=False, elem_id="vt-output")
+            message = gr.Markdown(elem_id="vt-message")
+    found, layer, head, images, redraw = _attention_panel(gr, loaded, ["decoder_attentions"])
+
+    def respond(text_value, beams_value, new_tokens_value, layer_value, head_value):
+        try:
+            continuation = continue_text(loaded, text_value, beams_value, new_tokens_value)
+            weights = attention(loaded, text_value)
+        except Exception as error:  # noqa: BLE001 - every failure becomes a message on the page
+            gr.Warning(_failure(error))
+            return [_failure(error), "", None, *redraw(None, 1, 1)]
+        return ["", continuation, weights, *redraw(weights, layer_value, head_value)]
+
+    for event in (run.click, text.submit):
+        event(respond, [text, beams, new_tokens, layer, head], [message, output, found, *images])
+
+
+def theme():
+    """Gradio's default theme on the system's fonts: the page loads nothing from outside the server."""
+    gr = _gradio()
+    fonts = ["ui-sans-serif", "system-ui", "sans-serif"]
+    return gr.themes.Default(font=fonts, font_mono=["ui-monospace", "monospace"])
+
+
+def launch(model_path: str | Path, host: str | None = None, port: int | None = None, **kwargs):
+    """Serve the page (blocking unless ``prevent_thread_lock=True``); host and port default to Gradio's
+    (127.0.0.1:7860, or ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` as a Space sets them)."""
+    demo = build_demo(model_path)
+    demo.launch(server_name=host, server_port=port, theme=theme(), **kwargs)
+    return demo
+
+
+# ------------------------------------------------------------------------------------------------
+# A Space: this file as app.py
+# ------------------------------------------------------------------------------------------------
+
+
+def default_model() -> str | None:
+    """``$VT_DEMO_MODEL``, else the folder this file sits in when it holds a config.json (app.py uploaded
+    beside the weights)."""
+    if os.environ.get(MODEL_ENV):
+        return os.environ[MODEL_ENV]
+    here = Path(__file__).resolve().parent
+    return str(here) if (here / "config.json").is_file() else None
+
+
+def space_files() -> dict[str, bytes]:
+    """The files that make a model repository (or a Space) serve this page: ``app.py`` (this file),
+    ``attention_maps.py`` (which it imports) and ``requirements.txt``."""
+    here = Path(__file__).resolve().parent
+    return {
+        "app.py": Path(__file__).read_bytes(),
+        "attention_maps.py": (here / "attention_maps.py").read_bytes(),
+        "requirements.txt": ("\n".join(REQUIREMENTS) + "\n").encode(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model",
+        default=default_model(),
+        help=f"A saved model folder or Hub id (default: ${MODEL_ENV}, else this file's folder).",
+    )
+    parser.add_argument("--port", type=int, help="Default: $GRADIO_SERVER_PORT or 7860.")
+    parser.add_argument(
+        "--host", help="Default: $GRADIO_SERVER_NAME or 127.0.0.1 (0.0.0.0 serves other machines)."
+    )
+    options = parser.parse_args(argv)
+    if not options.model:
+        parser.error(f"no model: pass --model DIR_OR_HUB_ID or set ${MODEL_ENV}")
+    launch(options.model, host=options.host, port=options.port)
+
+
+if __name__ == "__main__":
+    main()
