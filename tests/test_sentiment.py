@@ -7,15 +7,25 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from transformers import pipeline
 
+from vanilla_transformer.classification_pipeline import LongText
 from vanilla_transformer.train.classification import (
+    classification_metrics,
     clean_text,
     load_classification_arguments,
     load_labelled,
     split_validation,
 )
-from vanilla_transformer.train.classify import pretraining_texts
+from vanilla_transformer.train.classify import (
+    evaluate_classifier,
+    predict_texts,
+    pretraining_texts,
+    train_classifier,
+)
 from vanilla_transformer.train.recipes import parse_overrides
 
 TINY_ENCODER = {"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 2, "dropout": 0.0}
@@ -98,3 +108,121 @@ def test_pretraining_leaves_out_validation_and_test_texts(tmp_path):
     assert not set(corpus) & set(held_out)
     assert "test review 3" not in corpus and "unlabelled review" in corpus
     assert len(corpus) == 2 * (40 - 8) + 1
+
+
+# -- 2. the long-text reading travels with the folder: pipeline = classify evaluate -------------------
+
+WORDS = "good bad fine awful great boring superb dull plot actor scene ending music film story cast".split()
+
+
+def long_reviews(count: int, seed: int, words: int = 60) -> list[dict]:
+    """Reviews of ``words`` words (several times a tiny classifier's max_length), labels at random."""
+    rng = random.Random(seed)
+    return [
+        {
+            "text": " <br /> ".join(" ".join(rng.choices(WORDS, k=words // 3)) for _ in range(3)),
+            "label": i % 2,
+        }
+        for i in range(count)
+    ]
+
+
+def random_classifier_folder(tmp_path, texts: list[str], **reading) -> Path:
+    """A randomly initialised classifier saved with its tokenizer and a long-text reading."""
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForSequenceClassification
+    from vanilla_transformer.tokenization import train_bpe_tokenizer
+
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=300, min_frequency=1, model_max_length=16)
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer),
+        is_encoder_decoder=False,
+        id2label={0: "NEGATIVE", 1: "POSITIVE"},
+        label2id={"NEGATIVE": 0, "POSITIVE": 1},
+        classifier_max_length=16,
+        **TINY_ENCODER,
+        **reading,
+    )
+    torch.manual_seed(0)
+    folder = tmp_path / "classifier"
+    VanillaTransformerForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def pipeline_scores(classify, texts: list[str], **kwargs) -> np.ndarray:
+    """(texts, labels) probabilities from the pipeline, columns in label-id order."""
+    results = classify(texts, top_k=None, **kwargs)
+    order = classify.model.config.label2id
+    return np.array(
+        [[row["score"] for row in sorted(result, key=lambda r: order[r["label"]])] for result in results]
+    )
+
+
+@pytest.mark.parametrize(
+    "reading",
+    [{"classifier_long_text": "head_tail", "classifier_head_tokens": 5}, {"classifier_long_text": "windows"}],
+    ids=["head_tail", "windows"],
+)
+def test_pipeline_predicts_what_classify_evaluate_scores_on_long_reviews(tmp_path, reading):
+    """On reviews several times longer than max_length, `pipeline("text-classification", folder,
+    trust_remote_code=True)` gives the probabilities and labels `classify evaluate` scored, batched or
+    not; and the reading matters: the first max_length tokens alone would give other scores."""
+    rows = long_reviews(24, seed=1)
+    test_file = write_jsonl(tmp_path / "test.jsonl.gz", rows)
+    texts = [row["text"] for row in rows]
+    folder = random_classifier_folder(tmp_path, texts, **reading)
+    assert json.loads((folder / "config.json").read_text())["custom_pipelines"]["text-classification"]
+    args, _ = arguments(tmp_path)
+    metrics = evaluate_classifier(folder, args, str(test_file))
+
+    classify = pipeline("text-classification", model=str(folder), trust_remote_code=True)
+    assert type(classify).__name__ == "LongTextClassificationPipeline"
+    tokenizer = classify.tokenizer
+    assert min(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts) > 3 * 16
+    model = classify.model
+    reading_used = LongText.from_config(model.config)
+    evaluated = torch.softmax(
+        predict_texts(model, tokenizer, texts, reading_used, tmp_path / "eval"), -1
+    ).numpy()
+    scores = pipeline_scores(classify, texts)
+    np.testing.assert_allclose(scores, evaluated, atol=1e-5)
+    np.testing.assert_allclose(pipeline_scores(classify, texts, batch_size=5), evaluated, atol=1e-5)
+    predicted = scores.argmax(-1)
+    labels = np.array([row["label"] for row in rows])
+    assert metrics["accuracy"] == pytest.approx(float(np.mean(predicted == labels)))
+    assert metrics["confusion_matrix"] == classification_metrics(predicted, labels, 2)["confusion_matrix"]
+    assert metrics["long_text"]["strategy"] == reading["classifier_long_text"]
+    # The reading matters on these reviews: the first 16 tokens alone give other probabilities.
+    first_tokens = pipeline_scores(classify, texts, long_text="head")
+    assert np.abs(first_tokens - scores).max() > 1e-3
+
+
+def test_training_with_windows_validates_per_review_and_saves_the_reading(tmp_path):
+    """`long_text: windows`: training reads every window, validation scores each held-out review once
+    (the mean of its windows' logits, as the pipeline), and the saved config carries the reading."""
+    rows = long_reviews(48, seed=2, words=30)
+    args, training = arguments(
+        tmp_path,
+        train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", rows)),
+        test_file="null",
+        validation_size=12,
+        max_length=16,
+        long_text="windows",
+        window_stride=10,
+        num_train_epochs=1,
+    )
+    results = train_classifier(args, training)
+    folder = Path(args.run_dir) / "model"
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["classifier_long_text"], config["classifier_max_length"]) == ("windows", 16)
+    assert config["classifier_window_stride"] == 10
+    _, validation = split_validation(load_labelled(args, args.train_file), 12, training.seed, "text")
+    held_out = write_jsonl(tmp_path / "validation.jsonl.gz", list(validation))
+    evaluated = evaluate_classifier(folder, args, str(held_out))
+    assert results["validation"]["eval_accuracy"] == pytest.approx(evaluated["accuracy"])
+    assert evaluated["long_text"] == {
+        "strategy": "windows",
+        "max_length": 16,
+        "head_tokens": 128,
+        "stride": 10,
+    }

@@ -23,6 +23,7 @@ from transformers import PretrainedConfig
 POSITION_ENCODINGS = ("sinusoidal", "learned")
 NORM_POSITIONS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu", "silu", "gelu_new")
+LONG_TEXT_STRATEGIES = ("head", "head_tail", "windows")
 
 # Table 3 of the paper: the two named configurations of §6.1 / §6.2.
 PRESETS: dict[str, dict] = {
@@ -88,6 +89,17 @@ class VanillaTransformerConfig(PretrainedConfig):
         classifier_pooling: how the sequence classifier pools encoder states: ``"mean"`` over real
             (non-padding) tokens, or ``"first"`` token (a BERT-style ``[CLS]``).
         classifier_dropout: dropout before the classification head; defaults to ``dropout``.
+        classifier_long_text: how the sequence classifier reads a text longer than
+            ``classifier_max_length`` tokens: ``"head"`` (its first tokens), ``"head_tail"`` (its first
+            ``classifier_head_tokens`` and its last tokens; Sun et al., 2019, §5.3.1) or ``"windows"``
+            (windows every ``classifier_window_stride`` tokens that cover the whole text, their logits
+            averaged). Read by ``classification_pipeline.py`` and ``classify evaluate``, which share one
+            implementation, so the pipeline classifies as the recipe evaluated. Default ``"head_tail"``.
+        classifier_max_length: tokens the classifier reads at once, ``</s>`` included; defaults to
+            ``max_position_embeddings``.
+        classifier_head_tokens: ``"head_tail"``: tokens kept from the start of a long text (128).
+        classifier_window_stride: ``"windows"``: tokens between the starts of two windows; defaults to
+            half a window. At most ``classifier_max_length - 1``, so that no token is skipped.
         sparse_prediction: masked-LM training computes the vocabulary head only at the masked
             positions (labels != -100) and returns those logits, flattened to (masked, V), as
             ModernBERT's option of the same name does. Most of a small encoder's pre-training time is
@@ -141,6 +153,10 @@ class VanillaTransformerConfig(PretrainedConfig):
     init_std: float | None = None
     classifier_pooling: str = "mean"
     classifier_dropout: float | None = None
+    classifier_long_text: str = "head_tail"
+    classifier_max_length: int | None = None
+    classifier_head_tokens: int = 128
+    classifier_window_stride: int | None = None
     sparse_prediction: bool = False
     source_lang: str | None = None
     target_lang: str | None = None
@@ -187,6 +203,7 @@ class VanillaTransformerConfig(PretrainedConfig):
         _require_choice("norm_position", self.norm_position, NORM_POSITIONS)
         _require_choice("activation", self.activation, ACTIVATIONS)
         _require_choice("classifier_pooling", self.classifier_pooling, ("mean", "first"))
+        self._validate_long_text()
         if self.init_std is not None and not self.init_std > 0:
             raise ValueError(f"`init_std` must be positive, got {self.init_std!r}.")
         if not self.layer_norm_eps > 0:
@@ -200,6 +217,35 @@ class VanillaTransformerConfig(PretrainedConfig):
                 "`is_decoder=True` selects the decoder-only model; it cannot be combined with "
                 "`is_encoder_decoder=True`."
             )
+
+    def _validate_long_text(self) -> None:
+        _require_choice("classifier_long_text", self.classifier_long_text, LONG_TEXT_STRATEGIES)
+        if self.classifier_max_length is not None:
+            _require_positive_int("classifier_max_length", self.classifier_max_length)
+            if self.classifier_max_length < 2:
+                raise ValueError(
+                    f"`classifier_max_length` must leave room for a token and </s> (>= 2), got {self.classifier_max_length}."
+                )
+            if (
+                self.position_encoding == "learned"
+                and self.classifier_max_length > self.max_position_embeddings
+            ):
+                raise ValueError(
+                    f"`classifier_max_length` ({self.classifier_max_length}) exceeds `max_position_embeddings` "
+                    f"({self.max_position_embeddings}), the number of learned positions."
+                )
+        head = self.classifier_head_tokens
+        if not isinstance(head, int) or isinstance(head, bool) or head < 0:
+            raise ValueError(f"`classifier_head_tokens` must be a non-negative integer, got {head!r}.")
+        stride = self.classifier_window_stride
+        if stride is not None:
+            _require_positive_int("classifier_window_stride", stride)
+            window = self.classifier_max_length or self.max_position_embeddings
+            if stride > window - 1:
+                raise ValueError(
+                    f"`classifier_window_stride` ({stride}) must be at most the window's {window - 1} tokens "
+                    "(classifier_max_length - 1), or windows would skip text."
+                )
 
     @property
     def embedding_init_std(self) -> float:
@@ -256,4 +302,4 @@ def _require_choice(name: str, value, choices: tuple[str, ...]) -> None:
         raise ValueError(f"`{name}` must be one of {list(choices)}, got {value!r}.")
 
 
-__all__ = ["VanillaTransformerConfig", "PRESETS"]
+__all__ = ["VanillaTransformerConfig", "PRESETS", "LONG_TEXT_STRATEGIES"]

@@ -18,7 +18,7 @@ Masks: every public ``attention_mask`` is Hugging Face's 2-D ``(B, S)`` padding 
 into the form the selected attention function wants, and hands the same mask to every layer.
 
 This file is copied next to saved checkpoints (remote code): it imports only torch, public
-transformers API and its siblings (the configuration and the translation pipeline).
+transformers API and its siblings (the configuration and the translation and classification pipelines).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple, logging
 
+from .classification_pipeline import custom_pipelines_entry as classification_pipelines_entry
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .translation_pipeline import custom_pipelines_entry
 
@@ -895,6 +896,19 @@ def label_smoothed_nll_loss(
     return total / num_items_in_batch
 
 
+def _name_pipeline_in_saved_config(save_directory: str | os.PathLike, entry: dict) -> None:
+    """Write ``entry`` as ``custom_pipelines`` into a saved ``config.json`` that names none (the pipeline's
+    file travels with the model code); the in-memory config is left as it is."""
+    path = os.path.join(save_directory, "config.json")
+    if os.path.isfile(path):  # not on the non-main processes of a distributed save
+        with open(path, encoding="utf-8") as file:
+            saved = json.load(file)
+        if not saved.get("custom_pipelines"):
+            saved["custom_pipelines"] = entry
+            with open(path, "w", encoding="utf-8") as file:
+                file.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+
+
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The Transformer for sequence-to-sequence tasks (translation): the encoder-decoder with the
     pre-softmax linear transformation (§3.4), tied to the embeddings by default, and ``generate()``
@@ -918,14 +932,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         ``pipeline("translation", model=folder, trust_remote_code=True)`` works on the folder. The
         in-memory config is left as it is."""
         super().save_pretrained(save_directory, *args, **kwargs)
-        path = os.path.join(save_directory, "config.json")
-        if os.path.isfile(path):  # not on the non-main processes of a distributed save
-            with open(path, encoding="utf-8") as file:
-                saved = json.load(file)
-            if not saved.get("custom_pipelines"):
-                saved["custom_pipelines"] = custom_pipelines_entry()
-                with open(path, "w", encoding="utf-8") as file:
-                    file.write(json.dumps(saved, indent=2, sort_keys=True) + "\n")
+        _name_pipeline_in_saved_config(save_directory, custom_pipelines_entry())
 
     def _paper_tied_weights(self) -> dict[str, str]:
         if not self.config.tie_word_embeddings:
@@ -1214,6 +1221,14 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
+
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """transformers' ``save_pretrained``; the saved ``config.json`` also names the text-classification
+        pipeline that reads long texts as ``config.classifier_long_text`` says (``custom_pipelines``), so
+        ``pipeline("text-classification", model=folder, trust_remote_code=True)`` classifies as
+        ``classify evaluate`` scored."""
+        super().save_pretrained(save_directory, *args, **kwargs)
+        _name_pipeline_in_saved_config(save_directory, classification_pipelines_entry())
 
     def pool(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """(B, S, D) final encoder states -> (B, D), ignoring padding."""

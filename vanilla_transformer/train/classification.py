@@ -13,7 +13,6 @@ tokens of a review carry most of its sentiment), so the verdict at the end of a 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,8 @@ import torch
 from datasets import Dataset, load_dataset
 from transformers import TrainingArguments
 
+from ..classification_pipeline import LongText, clean_text, encode_long_texts
+from ..configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
 from ..precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
 from .data import data_path
 from .recipes import (
@@ -36,11 +37,19 @@ from .recipes import (
     source_name,
 )
 
-BREAKS = re.compile(r"<br\s*/?>", re.IGNORECASE)
 # The built-in encoder: four post-LN layers of width 256. A recipe's ``model:`` block replaces it whole.
 ENCODER_MODEL = {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 4, "dropout": 0.1}
-# Beyond the fields every run sets: the encoder-only shape and the masked-LM head's setting.
-SET_BY_CLASSIFICATION_RUN = (*SET_BY_RUN, "num_decoder_layers", "sparse_prediction")
+# Beyond the fields every run sets: the encoder-only shape, the masked-LM head's setting and the long-text
+# reading (from the recipe's max_length, head_tokens, long_text and window_stride).
+SET_BY_CLASSIFICATION_RUN = (
+    *SET_BY_RUN,
+    "num_decoder_layers",
+    "sparse_prediction",
+    "classifier_long_text",
+    "classifier_max_length",
+    "classifier_head_tokens",
+    "classifier_window_stride",
+)
 
 
 @dataclass
@@ -70,8 +79,25 @@ class ClassificationArguments:
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
     vocab_size: int = 16000
-    max_length: int = 512
+    max_length: int = field(
+        default=512, metadata={"help": "Tokens the classifier reads at once, </s> included."}
+    )
+    long_text: str = field(
+        default="head_tail",
+        metadata={
+            "help": "How a text longer than max_length is read, in training, evaluation and the saved model's "
+            "pipeline: head | head_tail (first head_tokens + last tokens) | windows (every window_stride "
+            "tokens, logits averaged; training sees every window)."
+        },
+    )
     head_tokens: int = 128
+    window_stride: int | None = field(default=None, metadata={"help": "windows: default half a window."})
+    eval_long_text: str | None = field(
+        default=None,
+        metadata={
+            "help": "evaluate: read long texts this way instead of the model's own (to compare readings)."
+        },
+    )
     model: dict[str, Any] = field(
         default_factory=lambda: dict(ENCODER_MODEL),
         metadata={
@@ -97,11 +123,30 @@ class ClassificationArguments:
             raise ValueError(
                 f"`validation_size` must be a count >= 1 or a fraction in (0, 1), got {self.validation_size!r}."
             )
+        self.reading()  # a bad long_text, max_length or window_stride fails now, naming the setting
+        if self.eval_long_text is not None and self.eval_long_text not in LONG_TEXT_STRATEGIES:
+            raise ValueError(
+                f"`eval_long_text` must be one of {list(LONG_TEXT_STRATEGIES)}, got {self.eval_long_text!r}."
+            )
         if self.mixed_precision not in MIXED_PRECISION_CHOICES:
             raise ValueError(
                 f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {self.mixed_precision!r}."
             )
         check_model_block(self.model, SET_BY_CLASSIFICATION_RUN)
+
+    def reading(self) -> LongText:
+        """How the run reads a text (``LongText``), from ``long_text``, ``max_length``, ``head_tokens``,
+        ``window_stride``."""
+        return LongText(self.long_text, self.max_length, self.head_tokens, self.window_stride)
+
+    def reading_config(self) -> dict:
+        """The config fields that carry the reading into the saved classifier."""
+        return {
+            "classifier_long_text": self.long_text,
+            "classifier_max_length": self.max_length,
+            "classifier_head_tokens": self.head_tokens,
+            "classifier_window_stride": self.window_stride,
+        }
 
 
 def load_classification_arguments(
@@ -130,11 +175,6 @@ def load_classification_arguments(
         if values["bf16"] and cpu:
             values["use_cpu"] = True  # the Trainer takes bf16 on a CPU only when told it runs there
     return parse_settings(values, types, recipe, from_file, overrides)
-
-
-def clean_text(text: str) -> str:
-    """HTML line breaks become spaces; nothing else is changed (any language, any case)."""
-    return " ".join(BREAKS.sub(" ", text).split())
 
 
 def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
@@ -194,17 +234,10 @@ def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[i
 
 
 def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_tokens: int) -> list[list[int]]:
-    """Tokenize; a text longer than ``max_length`` keeps its first ``head_tokens`` and its last tokens."""
-    encoded = tokenizer([clean_text(t) for t in texts], add_special_tokens=False)["input_ids"]
-    eos = tokenizer.eos_token_id
-    budget = max_length - 1  # room for </s>
-    tail = budget - min(head_tokens, budget)
-    result = []
-    for ids in encoded:
-        if len(ids) > budget:
-            ids = ids[: budget - tail] + (ids[-tail:] if tail else [])
-        result.append(ids + [eos])
-    return result
+    """Tokenize; a text longer than ``max_length`` keeps its first ``head_tokens`` and its last tokens
+    (``LongText`` with ``head_tail``: the reading pre-training, training and the pipeline share)."""
+    reading = LongText("head_tail", max_length, head_tokens)
+    return [views[0] for views in encode_long_texts(tokenizer, texts, reading)]
 
 
 def classification_metrics(predictions: np.ndarray, labels: np.ndarray, num_labels: int) -> dict[str, float]:

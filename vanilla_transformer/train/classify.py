@@ -4,9 +4,11 @@ own text, fine-tuning a classifier, and evaluating one on a labelled file."""
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import torch
 from datasets import Dataset, load_dataset
 from transformers import (
     AutoTokenizer,
@@ -17,6 +19,7 @@ from transformers import (
     TrainingArguments,
 )
 
+from ..classification_pipeline import LongText, average_logits, encode_long_texts
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..loading import load_saved_model
 from ..model_card import Result, write_model_card
@@ -30,7 +33,6 @@ from .classification import (
     ClassificationArguments,
     classification_metrics,
     clean_text,
-    encode_head_tail,
     label_maps,
     load_labelled,
     plot_confusion_matrix,
@@ -97,15 +99,24 @@ def precision_record(args: ClassificationArguments, training: TrainingArguments)
     return {"setting": args.mixed_precision, "used": used, "hardware": bf16_hardware(training.device)}
 
 
-def _encode(dataset: Dataset, tokenizer, args: ClassificationArguments, with_labels: bool) -> Dataset:
-    def encode(batch):
-        ids = encode_head_tail(tokenizer, batch[args.text_column], args.max_length, args.head_tokens)
-        out = {"input_ids": ids, "attention_mask": [[1] * len(x) for x in ids]}
-        if with_labels:
-            out["labels"] = batch[args.label_column]
+def _encode(dataset: Dataset, tokenizer, args: ClassificationArguments, reading: LongText, with_labels: bool):
+    """Each text as the rows the classifier reads (one, or one per window), with ``owner``: the index of
+    the row's text, so a text's views can be averaged (``average_logits``)."""
+
+    def encode(batch, indices):
+        out = {"input_ids": [], "owner": []} | ({"labels": []} if with_labels else {})
+        texts_views = encode_long_texts(tokenizer, batch[args.text_column], reading)
+        for row, (index, views) in enumerate(zip(indices, texts_views, strict=True)):
+            out["input_ids"] += views
+            out["owner"] += [index] * len(views)
+            if with_labels:
+                out["labels"] += [batch[args.label_column][row]] * len(views)
+        out["attention_mask"] = [[1] * len(ids) for ids in out["input_ids"]]
         return out
 
-    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, desc="Tokenizing")
+    return dataset.map(
+        encode, batched=True, with_indices=True, remove_columns=dataset.column_names, desc="Tokenizing"
+    )
 
 
 def _subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
@@ -151,7 +162,9 @@ def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> 
     print(f"Precision: {describe_precision(precision)}.")
     texts, _ = pretraining_texts(args, training.seed)
     tokenizer = classification_tokenizer(args, texts)
-    corpus = _encode(Dataset.from_dict({args.text_column: texts}), tokenizer, args, with_labels=False)
+    corpus = _encode(
+        Dataset.from_dict({args.text_column: texts}), tokenizer, args, args.reading(), with_labels=False
+    ).remove_columns("owner")
     model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
     trainer = Trainer(
@@ -196,24 +209,33 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         args, list(train[args.label_column]) + list(validation[args.label_column])
     )
     tokenizer = classification_tokenizer(args, list(train[args.text_column]))
-    extra = {"num_labels": len(id2label), "id2label": id2label, "label2id": label2id}
+    tokenizer.model_max_length = args.max_length  # a pre-trained model's tokenizer may say otherwise
+    # The reading (long_text, max_length, ...) goes into the saved config: the pipeline reads as training did.
+    extra = {"num_labels": len(id2label), "id2label": id2label, "label2id": label2id, **args.reading_config()}
     if args.pretrained_model:
         model = VanillaTransformerForSequenceClassification.from_pretrained(args.pretrained_model, **extra)
     else:
         model = VanillaTransformerForSequenceClassification(model_config(args, tokenizer, **extra))
 
+    # Validation scores texts, not rows: a text read as several windows counts once, with the mean of its
+    # windows' logits. ``owner`` travels with each row as a second label (the eval order may be by length).
+    training.label_names = ["labels", "owner"]
+
     def compute_metrics(prediction) -> dict:
+        _, owners = prediction.label_ids
+        logits = average_logits(torch.as_tensor(prediction.predictions), owners.tolist(), len(validation))
         metrics = classification_metrics(
-            np.argmax(prediction.predictions, axis=-1), prediction.label_ids, len(id2label)
+            logits.argmax(-1).numpy(), np.asarray(validation[args.label_column]), len(id2label)
         )
         metrics.pop("confusion_matrix")
         return metrics
 
+    reading = args.reading()
     trainer = Trainer(
         model=model,
         args=training,
-        train_dataset=_encode(train, tokenizer, args, with_labels=True),
-        eval_dataset=_encode(validation, tokenizer, args, with_labels=True),
+        train_dataset=_encode(train, tokenizer, args, reading, with_labels=True).remove_columns("owner"),
+        eval_dataset=_encode(validation, tokenizer, args, reading, with_labels=True),
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
@@ -247,7 +269,6 @@ def _classifier_card(args, training, model, results: dict, folder: Path, example
             if f"{prefix}{metric}" in metrics:
                 value = 100 * metrics[f"{prefix}{metric}"]
                 scores.append(Result("text-classification", metric, metric, value, name, kind, split_name))
-    head = min(args.head_tokens, args.max_length - 1)
     start = f"fine-tuned from {args.pretrained_model}" if args.pretrained_model else "trained from scratch"
     return write_model_card(
         folder,
@@ -264,7 +285,7 @@ def _classifier_card(args, training, model, results: dict, folder: Path, example
             "batch size": training.per_device_train_batch_size,
             "learning rate": training.learning_rate,
             "training time": f"{results['train'].get('train_runtime', 0) / 60:.1f} min (this session)",
-            "truncation": f"first {head} + last {args.max_length - 1 - head} tokens, then </s>",
+            "long texts": LongText.from_config(model.config).describe(),
             "precision": describe_precision(results["mixed_precision"]),
         },
     )
@@ -277,7 +298,11 @@ def _data_name(args: ClassificationArguments) -> tuple[str, str]:
 
 
 def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, file: str) -> dict:
-    """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file."""
+    """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file.
+
+    Texts are read as the model's config says (``classifier_long_text`` and its lengths), with the
+    functions the model's text-classification pipeline calls, so the pipeline predicts what is scored
+    here; ``eval_long_text`` reads them another way (written to ``eval_results-<reading>.json``)."""
     model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     data = _subset(load_labelled(args, file), args.max_eval_examples, 0)
@@ -285,28 +310,38 @@ def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, fi
     bad = [label for label in set(data[args.label_column]) if not 0 <= label < num_labels]
     if bad:
         raise ValueError(f"{file}: labels {sorted(bad)} are outside the model's num_labels={num_labels}.")
-    trainer = Trainer(
-        model=model,
-        args=TrainingArguments(
-            output_dir=str(Path(model_dir) / "eval"), report_to=[], per_device_eval_batch_size=64
-        ),
-        data_collator=DataCollatorWithPadding(tokenizer),
-    )
-    encoded = _encode(data, tokenizer, args, with_labels=True)
-    # Shortest first: batches of similar lengths pad little (the labels travel with their rows).
-    encoded = encoded.select(np.argsort([len(ids) for ids in encoded["input_ids"]], kind="stable"))
-    prediction = trainer.predict(encoded)
-    metrics = classification_metrics(np.argmax(prediction.predictions, -1), prediction.label_ids, num_labels)
+    reading = LongText.from_config(model.config, args.eval_long_text)
+    logits = predict_texts(model, tokenizer, data[args.text_column], reading, Path(model_dir) / "eval")
+    labels = np.asarray(data[args.label_column])
+    metrics = classification_metrics(logits.argmax(-1).numpy(), labels, num_labels)
     names = [model.config.id2label[i] for i in range(num_labels)]
+    suffix = f"-{args.eval_long_text}" if args.eval_long_text else ""
     image = plot_confusion_matrix(
         metrics["confusion_matrix"],
         names,
-        Path(model_dir) / "confusion_matrix.png",
+        Path(model_dir) / f"confusion_matrix{suffix}.png",
         f"{Path(file).name}: accuracy {metrics['accuracy']:.2%}",
     )
-    metrics |= {"examples": len(data), "confusion_matrix_png": str(image)}
-    write_json(Path(model_dir) / "eval_results.json", metrics)
+    metrics |= {"examples": len(data), "long_text": asdict(reading), "confusion_matrix_png": str(image)}
+    write_json(Path(model_dir) / f"eval_results{suffix}.json", metrics)
     return metrics
+
+
+def predict_texts(model, tokenizer, texts: list[str], reading: LongText, output_dir: Path) -> torch.Tensor:
+    """(texts, labels) logits: each text read as ``reading`` says, a text's windows averaged."""
+    views = encode_long_texts(tokenizer, texts, reading)
+    rows = [ids for text_views in views for ids in text_views]
+    owners = [index for index, text_views in enumerate(views) for _ in text_views]
+    encoded = Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * len(ids) for ids in rows]})
+    # Shortest first: batches of similar lengths pad little. The Trainer keeps this order (sequential).
+    order = np.argsort([len(ids) for ids in rows], kind="stable")
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(output_dir=str(output_dir), report_to=[], per_device_eval_batch_size=64),
+        data_collator=DataCollatorWithPadding(tokenizer),
+    )
+    predictions = trainer.predict(encoded.select(order)).predictions  # (rows, labels), in `order`
+    return average_logits(torch.as_tensor(predictions), [owners[i] for i in order], len(texts))
 
 
 def _last_checkpoint(output_dir: str) -> str | None:
