@@ -187,10 +187,12 @@ def test_classifier_page_shows_every_label_with_its_score(browser, serve, tokeni
     browser.get(serve(tmp_path / "classifier"))
     _wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#vt-input textarea"))
     _submit(browser, text)
-    _wait(browser, lambda: best in browser.find_element(By.ID, "vt-output").text)
-    shown = browser.find_element(By.ID, "vt-output").text
-    assert "NEGATIVE" in shown and "POSITIVE" in shown
-    assert f"{round(100 * float(probabilities.max()))}%" in shown
+    heading = "#vt-output [data-testid=label-output-value]"
+    _wait(browser, lambda: browser.find_elements(By.CSS_SELECTOR, heading))
+    assert browser.find_element(By.CSS_SELECTOR, heading).text == best
+    for index, name in config.id2label.items():  # each label's bar holds its probability
+        bar = browser.find_element(By.CSS_SELECTOR, f"#vt-output [data-testid={name}-confidence-set] meter")
+        assert float(bar.get_attribute("value")) == pytest.approx(float(probabilities[index]), abs=1e-5)
     _wait(browser, lambda: _image(browser, "vt-encoder-attention"))
 
 
