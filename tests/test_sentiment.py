@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import torch
 from transformers import pipeline
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging as transformers_logging
 
+from vanilla_transformer import VanillaTransformerForMaskedLM
 from vanilla_transformer.classification_pipeline import LongText
 from vanilla_transformer.train.classification import (
     classification_metrics,
@@ -23,6 +26,7 @@ from vanilla_transformer.train.classification import (
 from vanilla_transformer.train.classify import (
     evaluate_classifier,
     predict_texts,
+    pretrain_mlm,
     pretraining_texts,
     train_classifier,
 )
@@ -226,3 +230,35 @@ def test_training_with_windows_validates_per_review_and_saves_the_reading(tmp_pa
         "head_tokens": 128,
         "stride": 10,
     }
+
+
+# -- 3. resuming masked-LM pre-training: the tied head is no "missing key" ------------------------------
+
+
+def test_resuming_masked_lm_pretraining_warns_of_no_missing_tied_weight(tmp_path):
+    """The masked-LM head is tied to the embeddings (§3.4) and not saved. Resuming `classify pretrain`
+    from its checkpoint (transformers.Trainer) says nothing about a missing `lm_head.weight`, and the tie
+    holds in the resumed and in the saved model."""
+    rows = long_reviews(40, seed=3, words=12)
+    values = dict(
+        train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", rows)),
+        test_file="null",
+        validation_size=4,
+        max_steps=3,
+        output_dir=str(tmp_path / "trainer"),
+    )
+    pretrain_mlm(*arguments(tmp_path, "pretrain", max_minutes=0, **values))  # stops after step 1, saved
+    assert (tmp_path / "trainer" / "checkpoint-1").is_dir()
+    logger = transformers_logging.get_logger("transformers")
+    verbosity = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_info()
+    try:
+        with CaptureLogger(logger) as captured:
+            folder = pretrain_mlm(*arguments(tmp_path, "pretrain", **values))
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+    assert f"Loading model from {tmp_path / 'trainer' / 'checkpoint-1'}" in captured.out  # it resumed
+    assert "missing keys" not in captured.out.lower(), captured.out
+    mlm, info = VanillaTransformerForMaskedLM.from_pretrained(folder, output_loading_info=True)
+    assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
+    assert mlm.lm_head.weight is mlm.model.encoder.embed_tokens.weight
