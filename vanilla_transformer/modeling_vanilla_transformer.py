@@ -677,7 +677,8 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         # A tied weight is not saved (its source is). transformers.Trainer resumes with
         # load_state_dict(strict=False) and warns "missing keys" for every absent weight except those in
         # `_keys_to_ignore_on_save`, which it ties instead: the tied weights are declared there as well.
-        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | set(self.all_tied_weights_keys)
+        tied = set(self.all_tied_weights_keys)
+        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | tied
 
     def _paper_tied_weights(self) -> dict[str, str]:
         """{tied parameter: source parameter} that this class (not its sub-models) declares."""
