@@ -119,7 +119,9 @@ def test_a_re_run_skips_finished_rows(table, monkeypatch):
 
 def test_a_started_row_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     study = ablation.read_study(write_study(tmp_path))
-    (tmp_path / "runs" / "base" / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+    checkpoint = tmp_path / "runs" / "base" / "checkpoints" / "step-00000001"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")  # what makes a checkpoint complete
     commands = []
 
     def record(command, **kwargs):

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from .checkpoints import latest_checkpoint
 from .recipes import parse_yaml
 
 BASE = "base"
@@ -174,28 +175,36 @@ def commands(study: Study, rows: list[Row], output: Path, minutes: float | None 
 
 
 def run_study(study: Study, rows: list[Row], output: Path, minutes: float | None = None) -> dict:
-    """Train every row not yet trained (resuming a started one), then :func:`collect` the table."""
+    """Train and measure every row not yet trained (resuming a started one), then :func:`collect` the table."""
     output.mkdir(parents=True, exist_ok=True)
     start = time.time()
     for row in rows:
         folder = output / row.name
         if (folder / "results.json").is_file():
             print(f"[table3] {row.name}: trained already, skipped.")
-            continue
-        resume = any((folder / "checkpoints").glob("checkpoint-*"))
-        command = training_command(study, row, output, minutes, resume=resume)
-        print(f"[table3] {row.name} ({_describe(row.overrides)}){' resumed' if resume else ''}:")
-        print("  " + shlex.join(command))
-        completed = subprocess.run([sys.executable, "-m", "vanilla_transformer.cli", *command[1:]])
-        if completed.returncode != 0:
-            raise RuntimeError(
-                f"Table 3 row {row.name} failed (exit {completed.returncode}); re-run the same command to "
-                f"resume it from its last checkpoint under {folder / 'checkpoints'}."
-            )
+        else:
+            train_row(study, row, output, minutes)
+        if not (folder / ROW_RESULT).is_file():
+            measure_row(study, row, output)  # now, so that an interrupted study keeps every measured row
     table = collect(study, rows, output)
     table["wall_minutes"] = (time.time() - start) / 60
     (output / "table3.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
     return table
+
+
+def train_row(study: Study, row: Row, output: Path, minutes: float | None = None) -> None:
+    """Run ``row``'s training command in a fresh process (resuming it if it has checkpoints)."""
+    folder = output / row.name
+    resume = latest_checkpoint(folder / "checkpoints") is not None
+    command = training_command(study, row, output, minutes, resume=resume)
+    print(f"[table3] {row.name} ({_describe(row.overrides)}){' resumed' if resume else ''}:")
+    print("  " + shlex.join(command))
+    completed = subprocess.run([sys.executable, "-m", "vanilla_transformer.cli", *command[1:]])
+    if completed.returncode != 0:
+        raise RuntimeError(
+            f"Table 3 row {row.name} failed (exit {completed.returncode}); re-run the same command to "
+            f"resume it from its last checkpoint under {folder / 'checkpoints'}."
+        )
 
 
 def collect(study: Study, rows: list[Row], output: Path) -> dict:
