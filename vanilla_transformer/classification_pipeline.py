@@ -103,9 +103,8 @@ class LongText:
             tail = budget - head
             return [ids[:head] + (ids[-tail:] if tail else []) + end]
         stride = min(self.stride or max(budget // 2, 1), budget)
-        starts = list(range(0, len(ids) - budget, stride)) + [
-            len(ids) - budget
-        ]  # the last window ends the text
+        # Windows every `stride` tokens; the last one ends where the text ends.
+        starts = [*range(0, len(ids) - budget, stride), len(ids) - budget]
         return [ids[start : start + budget] + end for start in starts]
 
 
