@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from transformers import AutoTokenizer, DataCollatorForLanguageModeling, pipeline
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, DataCollatorForLanguageModeling, TrainerCallback, pipeline
 
 from vanilla_transformer import VanillaTransformerForMaskedLM, VanillaTransformerForSequenceClassification
 from vanilla_transformer.tokenization import MASK_TOKEN, train_bpe_tokenizer
+from vanilla_transformer.train import classify
 from vanilla_transformer.train.classification import (
     classification_metrics,
     clean_text,
@@ -251,7 +253,29 @@ def test_mlm_collator_never_masks_special_tokens():
     assert masked.any() and not (masked & special).any()
 
 
-def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path):
+class RecordTraining(TrainerCallback):
+    """The weights the Trainer starts from, and every logged training loss and learning rate by update."""
+
+    def __init__(self):
+        self.start, self.losses, self.rates = None, {}, {}
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.start = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.losses[state.global_step] = logs["loss"]
+            self.rates[state.global_step] = logs["learning_rate"]
+
+
+def record_training(monkeypatch) -> RecordTraining:
+    """Adds a RecordTraining to the Trainers that classify.py builds (beside its own callbacks)."""
+    recorder, own = RecordTraining(), classify._callbacks
+    monkeypatch.setattr(classify, "_callbacks", lambda args: [*own(args), recorder])
+    return recorder
+
+
+def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
     args, training = arguments(tmp_path, "pretrain", num_train_epochs=2)
     mlm_folder = pretrain_mlm(args, training)
     mlm = VanillaTransformerForMaskedLM.from_pretrained(mlm_folder)
@@ -260,13 +284,73 @@ def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path):
     fill = pipeline("fill-mask", model=str(mlm_folder))
     guesses = fill(f"a wonderful {tokenizer.mask_token}")
     assert len(guesses) == 5 and all("token_str" in g for g in guesses)
+
+    # The classifier takes every encoder weight from the masked-LM folder; only its head is new.
+    pretrained = load_file(mlm_folder / "model.safetensors")
+    encoder_keys = {name for name in pretrained if name.startswith("model.encoder.")}
+    assert len(encoder_keys) > 10
+    _, info = VanillaTransformerForSequenceClassification.from_pretrained(
+        mlm_folder, num_labels=2, output_loading_info=True
+    )
+    assert sorted(info["missing_keys"]) == ["classifier.bias", "classifier.weight"]
+    assert not info["mismatched_keys"]
+
+    recorder = record_training(monkeypatch)
     args, training = arguments(
         tmp_path, "train", pretrained_model=str(mlm_folder), run_dir=str(tmp_path / "ft")
     )
     results = train_classifier(args, training)
     assert results["test"]["accuracy"] > 0.8
-    encoder = VanillaTransformerForSequenceClassification.from_pretrained(tmp_path / "ft" / "model").model
-    assert encoder.encoder.embed_tokens.weight.shape == mlm.model.encoder.embed_tokens.weight.shape
+    # Fine-tuning started from the pre-trained encoder, every tensor of it.
+    assert {name for name in recorder.start if name.startswith("model.encoder.")} == encoder_keys
+    for name in encoder_keys:
+        torch.testing.assert_close(recorder.start[name], pretrained[name], rtol=0, atol=0, msg=name)
+    finetuned = VanillaTransformerForSequenceClassification.from_pretrained(tmp_path / "ft" / "model")
+    moved = (
+        finetuned.model.encoder.layers[0].ffn.fc1.weight - pretrained["model.encoder.layers.0.ffn.fc1.weight"]
+    ).abs()
+    assert moved.max() > 1e-3  # and fine-tuning trained the encoder too, not the head alone
+
+
+def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
+    """Stopped after its first update (``max_minutes: 0`` saves a checkpoint), the masked-LM pre-training
+    run started again in the same folder continues from that checkpoint (the Trainer's own resume): from
+    its weights, at update 2, with the learning rates of an uninterrupted run.
+
+    Its losses are not the uninterrupted run's: the Trainer fetches the first resumed batch before it
+    restores the checkpoint's RNG state, so the collator draws other masks (transformers issue #39215)."""
+    common = dict(num_train_epochs=1, logging_steps=1, per_device_train_batch_size=8)
+    # The model is initialised before the Trainer seeds the run: both runs start from the same RNG state,
+    # as two fresh processes do.
+    torch.manual_seed(0)
+    straight = record_training(monkeypatch)
+    pretrain_mlm(*arguments(tmp_path, "pretrain", run_dir=str(tmp_path / "straight"), **common))
+    monkeypatch.undo()
+    steps = sorted(straight.losses)
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 6
+
+    folder = tmp_path / "interrupted"
+    torch.manual_seed(0)
+    first = record_training(monkeypatch)
+    pretrain_mlm(*arguments(tmp_path, "pretrain", run_dir=str(folder), max_minutes=0, **common))
+    monkeypatch.undo()
+    assert first.losses == pytest.approx({1: straight.losses[1]}, abs=1e-6)  # the same run, so far
+    (checkpoint,) = (folder / "trainer-pretrain").glob("checkpoint-*")
+    assert checkpoint.name == "checkpoint-1"
+
+    resumed = record_training(monkeypatch)
+    pretrain_mlm(*arguments(tmp_path, "pretrain", run_dir=str(folder), **common))
+    assert sorted(resumed.losses) == steps[1:]  # update 1 is not done again, and the run ends where it did
+    assert [resumed.rates[step] for step in steps[1:]] == pytest.approx(
+        [straight.rates[step] for step in steps[1:]], rel=1e-6
+    )
+    saved = load_file(checkpoint / "model.safetensors")
+    assert saved.keys() <= resumed.start.keys()
+    for name, tensor in saved.items():  # it started from the checkpoint's weights, not a new model
+        torch.testing.assert_close(resumed.start[name], tensor, rtol=0, atol=0, msg=name)
+    assert not torch.equal(
+        saved["model.encoder.layers.0.ffn.fc1.weight"], first.start["model.encoder.layers.0.ffn.fc1.weight"]
+    )
 
 
 def test_bad_input_is_named(tmp_path):
