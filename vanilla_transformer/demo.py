@@ -232,7 +232,7 @@ def _failure(error: Exception) -> str:
 def _describe(model_path: str, loaded: Loaded) -> str:
     config = loaded.model.config
     parameters = sum(p.numel() for p in loaded.model.parameters())
-    lines = [f"# {Path(model_path).name or model_path}", ""]
+    lines = [f"# {model_path}", ""]
     facts = [
         type(loaded.model).__name__,
         f"{parameters / 1e6:.1f}M parameters",
@@ -283,6 +283,7 @@ def _attention_panel(gr, loaded: Loaded, kinds: list[str]):
         images = [
             gr.Image(
                 label=KINDS[kind][0],
+                show_label=False,  # the picture's own title names it, with the layer and head
                 type="pil",
                 format="png",
                 interactive=False,
