@@ -256,8 +256,8 @@ def build_demo(model_path: str | Path):
     model_path = str(model_path)
     try:
         loaded = load_for_demo(model_path)
-    except (ValueError, OSError, ImportError) as error:
-        logger.error("Cannot serve %s: %s", model_path, error)
+    except (ValueError, OSError, ImportError, RuntimeError) as error:  # e.g. weights of another shape
+        logger.error("Cannot serve %s: %s", model_path, error, exc_info=not isinstance(error, ValueError))
         with gr.Blocks(title="vanilla-transformer demo") as demo:
             gr.Markdown(f"# {model_path}")
             gr.Markdown(f"⚠️ Cannot serve this model. {error}", elem_id="vt-message")
