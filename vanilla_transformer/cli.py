@@ -4,10 +4,12 @@ vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set mode
 vanilla-transformer evaluate --model DIR (--recipe FILE.yaml | --data-file FILE ...) [--output FILE]
 vanilla-transformer translate --model DIR [--input FILE] [--output FILE]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] --output DIR
+vanilla-transformer ablate [--recipe STUDY.yaml] [--rows A,C] [--minutes-per-row N] [--output DIR] [--print-commands | --collect]
 vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] --output DIR
+vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H]
 vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...]
 vanilla-transformer export-onnx --model DIR --output DIR
-vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr]
+vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr] [--with-demo]
 """
 
 from __future__ import annotations
@@ -104,12 +106,32 @@ def cmd_average(options) -> None:
     print(f"Averaged {len(folders)} checkpoints into {output}")
 
 
+def cmd_ablate(options) -> None:
+    from .train.ablation import collect, commands, read_study, run_study
+
+    study = read_study(options.recipe)
+    rows, output = study.select(options.rows), Path(options.output)
+    if options.print_commands:
+        print("\n".join(commands(study, rows, output, options.minutes_per_row)))
+    elif options.collect:
+        collect(study, rows, output)
+    else:
+        table = run_study(study, rows, output, options.minutes_per_row)
+        print(f"Table 3 ({len(table['rows'])} rows, {table['wall_minutes']:.1f} min): {output / 'table3.md'}")
+
+
 def cmd_attention(options) -> None:
     from .attention_maps import load_model, plot_attention
 
     model, tokenizer = load_model(options.model)
     for path in plot_attention(model, tokenizer, options.text, options.output, options.target):
         print(f"Wrote {path}")
+
+
+def cmd_demo(options) -> None:
+    from .demo import launch
+
+    launch(options.model, host=options.host, port=options.port)
 
 
 def cmd_classify(options) -> None:
@@ -167,6 +189,7 @@ def cmd_push(options) -> None:
         revision=options.revision,
         create_pr=options.create_pr,
         commit_message=options.message,
+        with_demo=options.with_demo,
     )
     print(f"Pushed {options.model} to {commit.commit_url}")
 
@@ -228,6 +251,20 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--output", required=True)
     average.set_defaults(func=cmd_average)
 
+    ablate = commands.add_parser(
+        "ablate", help="Table 3: train the paper's model variations for the same budget; tabulate and plot."
+    )
+    ablate.add_argument("--recipe", default="training/configs/table3_multi30k.yaml", help="The study file.")
+    ablate.add_argument("--rows", help="Groups or rows to run besides the base row, e.g. A,C or A1,D3.")
+    ablate.add_argument(
+        "--minutes-per-row", type=float, help="A wall-clock budget per row instead of the study's updates."
+    )
+    ablate.add_argument("--output", default="runs/table3", help="One folder per row, and the table.")
+    what = ablate.add_mutually_exclusive_group()
+    what.add_argument("--print-commands", action="store_true", help="Print each row's training command.")
+    what.add_argument("--collect", action="store_true", help="Only measure trained rows and build the table.")
+    ablate.set_defaults(func=cmd_ablate)
+
     attention = commands.add_parser(
         "attention", help="Heat maps of every head's attention (§3.2.3) for one sentence, as PNG."
     )
@@ -238,6 +275,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--output", default="attention", help="Folder for the PNGs (default: ./attention)."
     )
     attention.set_defaults(func=cmd_attention)
+
+    demo = commands.add_parser(
+        "demo",
+        help="A Gradio page for a saved model: translation with attention maps, classification or "
+        "continuation (needs the [demo] extra).",
+    )
+    demo.add_argument("--model", required=True, help="A saved model folder or Hub id.")
+    demo.add_argument("--port", type=int, help="Default: $GRADIO_SERVER_PORT or 7860.")
+    demo.add_argument("--host", help="Default: 127.0.0.1 (0.0.0.0 serves other machines).")
+    demo.set_defaults(func=cmd_demo)
 
     classify = commands.add_parser(
         "classify", help="The encoder as a text classifier: pretrain (masked LM), train (Trainer), evaluate."
@@ -288,6 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--create-pr", action="store_true", help="Open a pull request instead of committing.")
     push.add_argument("--message", help="Commit message.")
     push.add_argument("--token", help="Hub token (default: the one `hf auth login` stored).")
+    push.add_argument(
+        "--with-demo",
+        action="store_true",
+        help="Also upload app.py (the `demo` page for this model), attention_maps.py and requirements.txt, "
+        "the files a Gradio Space runs.",
+    )
     push.set_defaults(func=cmd_push)
     return parser
 

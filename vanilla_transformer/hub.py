@@ -65,11 +65,13 @@ def push_folder(
     revision: str | None = None,
     create_pr: bool = False,
     commit_message: str | None = None,
+    with_demo: bool = False,
 ) -> CommitInfo:
     """Create ``repo_id`` if needed and upload the model folder in one commit; returns the commit.
 
     Raises ``FileNotFoundError`` naming every file a user would miss (weights, card, tokenizer, remote
-    code) before anything is sent.
+    code) before anything is sent. ``with_demo`` adds the demo page as ``app.py`` with what it imports and
+    a ``requirements.txt`` (``demo.space_files``): run there, or in a Space, it serves this model.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -93,10 +95,17 @@ def push_folder(
         token=token,
         revision=revision,
         create_pr=create_pr,
+        extra=_demo_files() if with_demo else None,
     )
 
 
-def _commit(folder: str | Path, repo_id: str, *, private, token, **commit) -> CommitInfo:
+def _demo_files() -> dict[str, bytes]:
+    from .demo import space_files  # imports torch only; gradio is needed where the page runs
+
+    return space_files()
+
+
+def _commit(folder: str | Path, repo_id: str, *, private, token, extra=None, **commit) -> CommitInfo:
     """Create the repository if needed, then send the folder as one ``HfApi.create_commit`` (as
     transformers' own ``push_to_hub`` does; ``upload_folder`` may split a folder into several commits)."""
     folder = Path(folder)
@@ -104,6 +113,10 @@ def _commit(folder: str | Path, repo_id: str, *, private, token, **commit) -> Co
     operations = [
         CommitOperationAdd(path_or_fileobj=folder / name, path_in_repo=name)
         for name in filter_repo_objects(files, ignore_patterns=IGNORE_PATTERNS)
+        if name not in (extra or {})  # a folder's own app.py gives way to the one sent with it
+    ]
+    operations += [
+        CommitOperationAdd(path_or_fileobj=data, path_in_repo=name) for name, data in (extra or {}).items()
     ]
     api = HfApi(library_name="vanilla-transformer")
     repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
