@@ -1,0 +1,169 @@
+"""The `evaluate`, `translate` and `average` commands end to end on a tiny model trained here, and the two
+BLEU conventions they report, against hand-worked values."""
+
+import json
+
+import pytest
+import sacrebleu
+import torch
+from safetensors.torch import load_file
+from test_training import TINY_RUN
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from vanilla_transformer.cli import main
+from vanilla_transformer.train.arguments import load_arguments
+from vanilla_transformer.train.evaluation import bleu_scores
+from vanilla_transformer.train.loop import prepare_data
+
+# -- BLEU ---------------------------------------------------------------------------------------------------
+
+HYPOTHESES = ["ein hund läuft über die Wiese.", "Ein Mann im T-Shirt & Hut."]
+REFERENCES = ["Ein Hund läuft über die Wiese.", "Ein Mann im T-Shirt & Mütze."]
+# Multi30k's official references are lowercased and Moses-tokenized, "&" unescaped, "t-shirt" unsplit.
+TOKENIZED_REFERENCES = ["ein hund läuft über die wiese .", "ein mann im t-shirt & mütze ."]
+
+
+def test_bleu_both_conventions_against_hand_worked_values():
+    """Lowercased tokenized BLEU, worked by hand: both hypotheses become 7 tokens, "ein hund läuft über die
+    wiese ." (all n-grams match) and "ein mann im t-shirt & hut ." (all but those with "hut"). Matches over
+    the corpus: 1-grams 13/14, 2-grams 10/12, 3-grams 8/10, 4-grams 6/8; equal lengths, no brevity
+    penalty: BLEU = 100 (13/14 * 10/12 * 8/10 * 6/8)^(1/4) = 100 * 0.464286^(1/4) = 82.546.
+
+    Cased sacreBLEU (13a splits the final "." and keeps "T-Shirt"): "ein hund" and "Ein Hund" differ,
+    so sentence 1 matches 5/7, 4/6, 3/5, 2/4 and the corpus 11/14, 8/12, 6/10, 4/8: 100 * 0.157143^(1/4)
+    = 62.961."""
+    scores = bleu_scores(HYPOTHESES, REFERENCES, "de")
+    assert scores["bleu_lc_tok"] == pytest.approx(82.546, abs=1e-3)
+    assert scores["sacrebleu"] == pytest.approx(62.961, abs=1e-3)
+    # Against the official tokenized references: the hypotheses are lowercased and tokenized the same way
+    # (escape=False keeps "&", no aggressive dash splitting keeps "t-shirt"), scored with tokenize="none".
+    official = bleu_scores(HYPOTHESES, REFERENCES, "de", TOKENIZED_REFERENCES)
+    assert official["bleu_lc_tok"] == pytest.approx(82.546, abs=1e-3)
+    by_hand = ["ein hund läuft über die wiese .", "ein mann im t-shirt & hut ."]
+    assert (
+        official["bleu_lc_tok"]
+        == sacrebleu.corpus_bleu(by_hand, [TOKENIZED_REFERENCES], tokenize="none").score
+    )
+    assert (
+        scores["sacrebleu"] == sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES]).score
+    )  # sacreBLEU's defaults
+
+
+# -- the commands ---------------------------------------------------------------------------------------------
+
+SETTINGS = {
+    **{key: value for key, value in TINY_RUN.items() if key != "model"},
+    "max_steps": 150,  # enough for sentences with some right words (test BLEU ~3)
+    "warmup_steps": 30,
+    "save_every": 50,
+    "synthetic_eval_size": 6,
+}
+MODEL = {"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 1, "num_decoder_layers": 1}
+
+
+def settings(folder) -> list[str]:
+    values = [f"{key}={value}" for key, value in SETTINGS.items()]
+    values += [f"model.{key}={value}" for key, value in MODEL.items()] + [f"output_dir={folder}"]
+    return [f"--set={value}" for value in values]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny translation run (150 updates, checkpoints at 50, 100, 150) through the `train` command."""
+    folder = tmp_path_factory.mktemp("cli") / "run"
+    main(["train", *settings(folder)])
+    return folder
+
+
+def test_evaluate_reproduces_the_runs_own_test_bleu(trained, tmp_path, capsys):
+    output = tmp_path / "hypotheses.txt"
+    capsys.readouterr()
+    main(["evaluate", "--model", str(trained / "model"), *settings(trained), "--output", str(output)])
+    printed = capsys.readouterr().out
+    report = json.loads(printed[printed.index("{") : printed.rindex("}") + 1])
+    hypotheses = output.read_text(encoding="utf-8").splitlines()
+    assert report["split"] == "test" and report["sentences"] == len(hypotheses) == 6
+    # The same translations and scores the training run wrote for its final model.
+    assert hypotheses == (trained / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    run = json.loads((trained / "results.json").read_text())["test"]
+    assert (report["sacrebleu"], report["bleu_lc_tok"]) == pytest.approx(
+        (run["sacrebleu"], run["bleu_lc_tok"])
+    )
+    references = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["test"][
+        "target"
+    ]
+    assert report["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    assert report["sacrebleu"] > 1 and report["bleu_lc_tok"] > 1  # some n-grams right: real sentences
+
+
+def test_translate_writes_one_line_per_input_line(trained, tmp_path):
+    args = load_arguments(None, {**SETTINGS, "output_dir": str(trained)})
+    sources = list(prepare_data(args)["test"]["source"])
+    source, output = tmp_path / "source.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(sources) + "\n", encoding="utf-8")
+    main(["translate", "--model", str(trained / "model"), "--input", str(source), "--output", str(output)])
+    # The saved generation config (the run's beam 2, alpha 0.6, input + 50) translates as the run did.
+    assert (
+        output.read_text(encoding="utf-8").splitlines()
+        == (trained / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    )
+    main(
+        [
+            "translate",
+            "--model",
+            str(trained / "model"),
+            "--input",
+            str(source),
+            "--output",
+            str(output),
+            "--beams",
+            "1",
+        ]
+    )
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(trained / "model")
+    greedy = [
+        tokenizer.decode(
+            model.generate(**tokenizer(text, return_tensors="pt"), num_beams=1)[0], skip_special_tokens=True
+        ).strip()
+        for text in sources[:2]
+    ]
+    assert output.read_text(encoding="utf-8").splitlines()[:2] == greedy
+
+
+def test_average_writes_the_mean_of_the_checkpoints(trained, tmp_path, capsys):
+    checkpoints = trained / "checkpoints"
+    weights = {
+        step: load_file(checkpoints / f"step-{step:08d}" / "model" / "model.safetensors")
+        for step in (50, 100, 150)
+    }
+    main(
+        [
+            "average",
+            str(checkpoints / "step-00000050"),
+            str(checkpoints / "step-00000100"),
+            "--output",
+            str(tmp_path / "a"),
+        ]
+    )
+    main(["average", str(trained), "--last", "2", "--output", str(tmp_path / "b")])
+    assert capsys.readouterr().out.count("Averaged 2 checkpoints into") == 2
+    for output, steps in ((tmp_path / "a", (50, 100)), (tmp_path / "b", (100, 150))):
+        averaged = load_file(output / "model.safetensors")
+        assert averaged.keys() == weights[50].keys()
+        for name, tensor in averaged.items():
+            torch.testing.assert_close(tensor, (weights[steps[0]][name] + weights[steps[1]][name]) / 2)
+        model = AutoModelForSeq2SeqLM.from_pretrained(output)  # a complete model folder
+        assert AutoTokenizer.from_pretrained(output).pad_token_id == model.config.pad_token_id == 0
+    with pytest.raises(SystemExit, match="--last N takes one run folder"):
+        main(
+            [
+                "average",
+                str(checkpoints / "step-00000050"),
+                str(trained),
+                "--last",
+                "2",
+                "--output",
+                str(tmp_path / "c"),
+            ]
+        )
