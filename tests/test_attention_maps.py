@@ -1,8 +1,10 @@
 """Attention heat maps: the weights behind the pictures, and the PNGs the command writes."""
 
+import numpy as np
 import pytest
 import torch
-from conftest import decoder_only_config, encoder_only_config, tiny_config
+from conftest import decoder_only_config, encoder_only_config, run_without_the_package, tiny_config
+from PIL import Image
 
 from vanilla_transformer import (
     VanillaTransformerForCausalLM,
@@ -11,6 +13,7 @@ from vanilla_transformer import (
 )
 from vanilla_transformer.attention_maps import attention_weights, token_labels
 from vanilla_transformer.cli import main
+from vanilla_transformer.demo import draw_head, space_files
 
 SENTENCE = "a wonderful film with a great cast"
 
@@ -72,3 +75,28 @@ def test_empty_sentence_is_refused(tokenizer):
     model = VanillaTransformerForConditionalGeneration(tiny_config())
     with pytest.raises(ValueError, match="empty"):
         attention_weights(model, tokenizer, "  ")
+
+
+SPACE_DRAWING = """
+import sys
+sys.modules["vanilla_transformer"] = None  # a Space without the package
+import torch
+import app
+app.draw_head(torch.load("found.pt"), "cross_attentions", 2, 3).save("head.png")
+"""
+
+
+def test_a_space_draws_the_same_head_picture_from_its_uploaded_files(tmp_path):
+    """The page's single-head picture goes through attention_maps.draw_weights; in a Space that file sits
+    beside app.py with no package installed, and the picture must be the one the package draws."""
+    for name, content in space_files().items():
+        (tmp_path / name).write_bytes(content)
+    found = {
+        "tokens": {"source": ["ein", "Hund", "</s>"], "target": ["<s>", "a", "dog"]},
+        "weights": {"cross_attentions": torch.rand(2, 4, 3, 3).softmax(-1)},  # (layers, heads, queries, keys)
+    }
+    torch.save(found, tmp_path / "found.pt")
+    run_without_the_package(SPACE_DRAWING, folder=tmp_path)
+    here = np.asarray(draw_head(found, "cross_attentions", 2, 3))
+    assert here.shape == (320, 320, 4)
+    np.testing.assert_array_equal(np.asarray(Image.open(tmp_path / "head.png")), here)

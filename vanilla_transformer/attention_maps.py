@@ -70,14 +70,26 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None) 
     return {"tokens": tokens, "weights": weights}
 
 
+def draw_weights(
+    axis, weights, keys: list[str], queries: list[str], title: str, fontsize: int = 6, title_fontsize: int = 8
+):
+    """Draw one head's weights (a ``(queries, keys)`` tensor of Eq. 1's softmax) on a matplotlib ``Axes``:
+    queries down, keys across, on one colour scale for every picture (0 to 1, viridis), titled ``title``.
+    Uses only the axis it is given (no pyplot), so a server may draw from several threads, and imports
+    nothing, so it runs where this file was uploaded beside a Space's app.py. Returns the image (for a
+    colour bar)."""
+    shown = axis.imshow(weights.float().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+    axis.set_xticks(range(len(keys)), keys, rotation=90, fontsize=fontsize)
+    axis.set_yticks(range(len(queries)), queries, fontsize=fontsize)
+    axis.set_title(title, fontsize=title_fontsize)
+    return shown
+
+
 def plot_attention(
     model, tokenizer, source: str, output_dir: str | Path, target: str | None = None
 ) -> list[Path]:
     """Write one PNG per kind of attention into ``output_dir``; returns their paths."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     found = attention_weights(model, tokenizer, source, target)
     output_dir = Path(output_dir)
@@ -88,20 +100,20 @@ def plot_attention(
         keys, queries = found["tokens"][key_side], found["tokens"][query_side]
         layers, heads = weights.shape[:2]
         size = max(1.6, 0.22 * max(len(keys), len(queries)))
-        figure, axes = plt.subplots(
-            layers, heads, figsize=(size * heads, size * layers), dpi=100, squeeze=False
-        )
+        figure = Figure(figsize=(size * heads, size * layers), dpi=100)
+        axes = figure.subplots(layers, heads, squeeze=False)
         for layer in range(layers):
             for head in range(heads):
-                axis = axes[layer][head]
-                axis.imshow(weights[layer, head].float().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
-                axis.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
-                axis.set_xticks(range(len(keys)), keys, rotation=90, fontsize=6)
-                axis.set_yticks(range(len(queries)), queries, fontsize=6)
+                draw_weights(
+                    axes[layer][head],
+                    weights[layer, head],
+                    keys,
+                    queries,
+                    f"layer {layer + 1}, head {head + 1}",
+                )
         figure.suptitle(f"{title}: {source}", fontsize=10)
         figure.tight_layout()
         path = output_dir / f"{kind.removesuffix('s')}.png"
         figure.savefig(path)
-        plt.close(figure)
         paths.append(path)
     return paths

@@ -30,9 +30,9 @@ from pathlib import Path
 import torch
 
 if importlib.util.find_spec("vanilla_transformer") is not None:
-    from vanilla_transformer.attention_maps import KINDS, attention_weights
+    from vanilla_transformer.attention_maps import KINDS, attention_weights, draw_weights
 else:  # a Space's app.py: attention_maps.py was uploaded beside it
-    from attention_maps import KINDS, attention_weights
+    from attention_maps import KINDS, attention_weights, draw_weights
 
 logger = logging.getLogger(__name__)
 
@@ -201,12 +201,17 @@ def draw_head(found: dict | None, kind: str, layer: int, head: int):
     size = min(9.0, max(3.2, 0.3 * max(len(keys), len(queries)) + 1.2))
     figure = Figure(figsize=(size, size), dpi=100)
     axis = figure.subplots()
-    shown = axis.imshow(weights[layer - 1, head - 1].float().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
-    axis.set_xticks(range(len(keys)), keys, rotation=90, fontsize=8)
-    axis.set_yticks(range(len(queries)), queries, fontsize=8)
+    shown = draw_weights(
+        axis,
+        weights[layer - 1, head - 1],
+        keys,
+        queries,
+        f"{title}\nlayer {layer}, head {head}",
+        fontsize=8,
+        title_fontsize=9,
+    )
     axis.set_xlabel(f"{key_side} (keys)", fontsize=8)
     axis.set_ylabel(f"{query_side} (queries)", fontsize=8)
-    axis.set_title(f"{title}\nlayer {layer}, head {head}", fontsize=9)
     figure.colorbar(shown, ax=axis, fraction=0.046, pad=0.04)
     figure.tight_layout()
     buffer = io.BytesIO()
