@@ -282,8 +282,15 @@ def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
     assert mlm.lm_head.weight is mlm.model.encoder.embed_tokens.weight  # tied to the embeddings
     tokenizer = AutoTokenizer.from_pretrained(mlm_folder)
     fill = pipeline("fill-mask", model=str(mlm_folder))
-    guesses = fill(f"a wonderful {tokenizer.mask_token}")
-    assert len(guesses) == 5 and all("token_str" in g for g in guesses)
+    text = f"a wonderful {tokenizer.mask_token}"
+    guesses = fill(text)
+    # The pipeline's five guesses are the model's own: the top-5 of the softmax at the masked position.
+    inputs = tokenizer(text, return_tensors="pt")
+    with torch.no_grad():
+        logits = mlm.eval()(**inputs).logits[inputs["input_ids"] == tokenizer.mask_token_id][0]
+    top = logits.softmax(-1).topk(5)
+    assert [g["token"] for g in guesses] == top.indices.tolist()
+    assert [g["score"] for g in guesses] == pytest.approx(top.values.tolist(), abs=1e-5)
 
     # The classifier takes every encoder weight from the masked-LM folder; only its head is new.
     pretrained = load_file(mlm_folder / "model.safetensors")

@@ -164,15 +164,31 @@ def test_transformers_push_to_hub_sends_complete_remote_code(hub, monkeypatch):
     assert config["custom_pipelines"]["translation"]["impl"] == "translation_pipeline.TranslationPipeline"
 
 
+LOCAL_WHEELS = Path("/opt/wheels")  # where CI machines keep the CPU build of torch (.ci/run uses it too)
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def torch_install() -> list[str]:
+    """pip arguments that install this machine's torch build and no other: the exact version with its local
+    tag (``2.13.0+cpu`` exists only as a CPU wheel, so pip can never substitute a multi-GB CUDA build for
+    it), from the local wheel folder where there is one, else (for a CPU build) PyTorch's CPU index."""
+    if LOCAL_WHEELS.is_dir():
+        source = ["--find-links", str(LOCAL_WHEELS)]
+    elif torch.__version__.endswith("+cpu"):
+        source = ["--extra-index-url", CPU_INDEX]
+    else:
+        source = []
+    return [*source, f"torch=={torch.__version__}"]
+
+
 def fresh_virtualenv() -> Path:
-    """A real virtualenv with this machine's torch and transformers and nothing else; built once and
+    """A real virtualenv with this machine's torch build and transformers and nothing else; built once and
     cached (about a minute), at $VT_FRESH_VENV or under ~/.cache/vanilla-transformer."""
-    torch_version = torch.__version__.split("+")[0]
     default = (
         Path.home()
         / ".cache"
         / "vanilla-transformer"
-        / f"venv-torch{torch_version}-tf{transformers.__version__}"
+        / f"venv-torch{torch.__version__}-tf{transformers.__version__}"
     )
     venv = Path(os.environ.get("VT_FRESH_VENV", default))
     python = venv / "bin" / "python"
@@ -188,7 +204,7 @@ def fresh_virtualenv() -> Path:
             "install",
             "--quiet",
             "--disable-pip-version-check",
-            f"torch=={torch_version}",
+            *torch_install(),
             f"transformers=={transformers.__version__}",
         ],
         check=True,
@@ -211,7 +227,8 @@ model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=Tru
 assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
 translate = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
 outputs = translate(json.loads(sys.argv[2]), num_beams=1, max_new_tokens=8)
-print(json.dumps([item["translation_text"] for item in outputs]))
+import torch
+print(json.dumps({"torch": torch.__version__, "translations": [item["translation_text"] for item in outputs]}))
 """
 
 
@@ -222,4 +239,5 @@ def test_pushed_folder_loads_in_a_fresh_virtualenv_without_the_package(hub, trai
     result = run_without_the_package(
         LOAD_IN_FRESH_VENV, str(pushed), json.dumps(SENTENCES), folder=tmp_path, python=python
     )
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == _translations(trained_folder)
+    printed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert printed == {"torch": torch.__version__, "translations": _translations(trained_folder)}

@@ -225,17 +225,33 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
     assert (folder / "model" / "model.safetensors").is_file() and (
         folder / "model" / "tokenizer.json"
     ).is_file()
-    assert results["updates"] == 40 and "sacrebleu" in results["test"]
+    assert results["updates"] == 40 and set(results["test"]) == {"sacrebleu", "bleu_lc_tok"}
     assert (folder / "test_hypotheses.txt").read_text().count("\n") == 8
     assert (folder / "bleu_curve.png").stat().st_size > 1000
     checkpoint = latest_checkpoint(folder / "checkpoints")
     assert checkpoint.name == "step-00000040"
     assert {p.name for p in checkpoint.iterdir()} == {"model", "state", "trainer_state.json"}
     card = ModelCard.load(folder / "model" / "README.md")  # the filled card, with this run's numbers
-    (evaluated,) = [r for r in card.data.eval_results if r.metric_name.startswith("sacreBLEU")]
-    assert evaluated.metric_value == pytest.approx(results["test"]["sacrebleu"], abs=1e-4)
+    scores = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert scores == pytest.approx(
+        {
+            "sacreBLEU (cased, 13a)": results["test"]["sacrebleu"],
+            "BLEU (lowercased, tokenized)": results["test"]["bleu_lc_tok"],
+        },
+        abs=1e-4,
+    )
     assert card.data.pipeline_tag == "translation" and card.data.language == ["en", "de"]
-    assert "## Architecture" in card.text and "40" in card.text
+    assert "## Architecture" in card.text
+    # The run's own settings, as the card's training table states them.
+    for row in (
+        "| updates | 40 |",
+        "| tokens per batch | 300 |",
+        "| optimizer | Adam(0.9, 0.98, eps=1e-09), Eq. 3 (warmup 4, scale 2.0) |",
+        "| label smoothing | 0.1 |",
+        "| final model | last weights |",
+    ):
+        assert row in card.text
+    assert f"vocabulary 400, {model.num_parameters():,} parameters" in card.text
 
 
 @pytest.mark.parametrize("precision", ["no", "bf16"])
