@@ -16,6 +16,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
+from vanilla_transformer.train.ablation import read_study
 from vanilla_transformer.train.arguments import SYNTHETIC_MODEL, load_arguments
 from vanilla_transformer.train.batching import TokenBudgetBatchSampler
 from vanilla_transformer.train.checkpoints import (
@@ -26,7 +27,7 @@ from vanilla_transformer.train.checkpoints import (
     spaced_checkpoints,
 )
 from vanilla_transformer.train.loop import build_model_config, train
-from vanilla_transformer.train.recipes import parse_overrides
+from vanilla_transformer.train.recipes import parse_overrides, parse_yaml
 from vanilla_transformer.train.schedule import transformer_learning_rate, transformer_lr_scheduler
 from vanilla_transformer.train.synthetic import german_number, synthetic_pairs
 
@@ -512,11 +513,17 @@ def test_committed_recipes_parse(tokenizer):
     recipes = [
         r for r in recipes if not r.name.startswith("imdb_")
     ]  # classification recipes: tests/test_classification.py::test_committed_recipes_parse
+    # Ablation studies (`vanilla-transformer ablate`) name a recipe and its rows' overrides.
+    studies = [r for r in recipes if "recipe" in (parse_yaml(r.read_text(encoding="utf-8")) or {})]
+    recipes = [r for r in recipes if r not in studies]
     assert recipes, "training/configs/ holds the recipes"
     for recipe in recipes:
         args = load_arguments(str(recipe))
         assert args.output_dir and args.mixed_precision == "auto"
         assert build_model_config(args, tokenizer).d_model == args.model["d_model"]
+    for path in studies:  # read_study parses every row's training arguments, naming a bad row
+        study = read_study(path)
+        assert study.recipe.is_file() and [row.name for row in study.rows][0] == "base"
 
 
 # -- mixed precision ------------------------------------------------------------------------------------------
