@@ -1,5 +1,6 @@
 """torch.compile on CPU: a compiled training step gives eager's losses, and generate() with a static
-cache and a compiled forward gives eager's tokens (the speed-up is measured by benchmarks/compile.py)."""
+cache and a compiled forward gives eager's tokens (the speed-up is measured by `python -m benchmarks`, system
+``ours-compiled`` in benchmarks/systems.py)."""
 
 import copy
 

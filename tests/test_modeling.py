@@ -38,9 +38,18 @@ def pad_right(ids: torch.Tensor, extra: int) -> tuple[torch.Tensor, torch.Tensor
 
 
 def test_stacks_follow_the_config():
+    from vanilla_transformer.modeling_vanilla_transformer import (
+        VanillaTransformerAttention,
+        VanillaTransformerDecoder,
+        VanillaTransformerEncoder,
+    )
+
     both = VanillaTransformerModel(tiny_config())
-    assert both.encoder is not None and both.decoder is not None
-    assert all(layer.encoder_attn is not None for layer in both.decoder.layers)
+    assert isinstance(both.encoder, VanillaTransformerEncoder) and isinstance(
+        both.decoder, VanillaTransformerDecoder
+    )
+    assert all(isinstance(layer.encoder_attn, VanillaTransformerAttention) for layer in both.decoder.layers)
+    assert (len(both.encoder.layers), len(both.decoder.layers)) == (2, 2)
     encoder_only = VanillaTransformerModel(encoder_only_config())
     assert encoder_only.decoder is None and len(encoder_only.encoder.layers) == 2
     decoder_only = VanillaTransformerModel(decoder_only_config())
@@ -52,7 +61,8 @@ def test_post_ln_has_no_final_layer_norm_and_pre_ln_has_one():
     post = seq2seq()
     assert post.model.encoder.layer_norm is None and post.model.decoder.layer_norm is None
     pre = seq2seq(norm_position="pre")
-    assert pre.model.encoder.layer_norm is not None and pre.model.decoder.layer_norm is not None
+    assert isinstance(pre.model.encoder.layer_norm, torch.nn.LayerNorm)
+    assert isinstance(pre.model.decoder.layer_norm, torch.nn.LayerNorm)
     ids = random_ids(2, 5)
     assert torch.isfinite(pre(input_ids=ids, decoder_input_ids=ids).logits).all()
 

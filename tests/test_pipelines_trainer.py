@@ -120,9 +120,10 @@ def test_translation_pipeline_in_process_matches_generate(tokenizer, translation
     assert len(several) == 2 and all("translation_text" in item for item in several)
 
 
-def test_translation_pipeline_checks_the_language_pair(translation_folder):
+def test_translation_pipeline_checks_the_language_pair(tokenizer, translation_folder):
     translate = pipeline("vanilla-translation", model=str(translation_folder))
-    assert translate(PAIRS[0], src_lang="en", tgt_lang="ko")[0]["translation_text"] is not None
+    expected = _reference_translations(translation_folder, tokenizer, PAIRS[:1])
+    assert [translate(PAIRS[0], src_lang="en", tgt_lang="ko")[0]["translation_text"]] == expected
     with pytest.raises(ValueError, match=r"src_lang='de'.*translates en -> ko"):
         translate(PAIRS[0], src_lang="de")
 
