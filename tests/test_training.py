@@ -12,8 +12,9 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from safetensors import safe_open
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
 from vanilla_transformer.train.ablation import read_study
@@ -564,3 +565,18 @@ def test_learning_rate_is_finite_and_positive():
         and math.isfinite(transformer_learning_rate(s, 128, 400))
         for s in range(1, 2000, 97)
     )
+
+
+def test_a_greedy_recipe_saves_a_valid_greedy_generation_config(tmp_path):
+    """``num_beams: 1`` (a setting tuned on validation may choose it) trains, checkpoints and reloads:
+    the saved generation config is greedy, without the beam-only length penalty and early stopping."""
+    _, folder = run(tmp_path, "greedy", max_steps=2, save_every=1, num_beams=1, length_penalty=0.6)
+    saved = GenerationConfig.from_pretrained(folder / "model")
+    assert (saved.num_beams, saved.length_penalty, saved.early_stopping) == (1, 1.0, False)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model")
+    ids = torch.tensor([[5, 6, 7, 2]])
+    assert torch.equal(
+        model.generate(input_ids=ids), model.generate(input_ids=ids, num_beams=1, do_sample=False)
+    )
+    with pytest.raises(ValueError, match="num_beams"):
+        run(tmp_path, "none", max_steps=1, num_beams=0)

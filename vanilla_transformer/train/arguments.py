@@ -121,6 +121,7 @@ class TranslationTrainingArguments:
             "keep_last",
             "log_every",
             "average_last",
+            "num_beams",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")

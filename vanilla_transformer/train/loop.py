@@ -115,8 +115,7 @@ def set_up(args: TranslationTrainingArguments) -> Run:
         for name, split in splits.items()
     }
     model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
-    model.generation_config.num_beams = args.num_beams
-    model.generation_config.length_penalty = args.length_penalty
+    set_decoding(model.generation_config, args.num_beams, args.length_penalty)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
     train_loader, train_sampler = make_loader(args, encoded["train"], collator, shuffle=True)
     valid_loader, valid_sampler = None, None
@@ -152,6 +151,16 @@ def set_up(args: TranslationTrainingArguments) -> Run:
         valid_loader=valid_loader,
         valid_batches=len(valid_sampler) if valid_sampler is not None else 0,
     )
+
+
+def set_decoding(generation_config, num_beams: int, length_penalty: float) -> None:
+    """The recipe's decoding (§6.1: beam 4, alpha 0.6) in the generation config saved with the model.
+    Greedy search (``num_beams: 1``) has no length penalty or early stopping: both go back to their
+    defaults, which transformers requires of a valid greedy config."""
+    generation_config.num_beams = num_beams
+    beam = num_beams > 1
+    generation_config.length_penalty = length_penalty if beam else 1.0
+    generation_config.early_stopping = generation_config.early_stopping if beam else False
 
 
 # torch's fused Adam runs on these devices (fp32 parameters and state, as the paper's Adam).
