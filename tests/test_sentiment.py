@@ -24,9 +24,11 @@ from vanilla_transformer.train.classification import (
     split_validation,
 )
 from vanilla_transformer.train.classify import (
+    budget_schedule,
     classification_tokenizer,
     evaluate_classifier,
     predict_texts,
+    pretrain,
     pretrain_mlm,
     pretraining_texts,
     train_classifier,
@@ -416,3 +418,242 @@ def test_korean_classifier_trains_and_its_pipeline_classifies_korean_anywhere(tm
         [[r["score"] for r in sorted(rows, key=lambda r: order[r["label"]])] for rows in remote]
     )
     np.testing.assert_allclose(remote_scores, scores[-3:], atol=1e-5)
+
+
+# -- 5. ELECTRA pre-training ----------------------------------------------------------------------------
+
+SUBJECTS = ["the film", "this movie", "the actor", "the story", "the music"]
+VERBS = ["was", "is", "seemed", "felt"]
+ADJECTIVES = ["wonderful", "boring", "great", "terrible", "moving", "dull"]
+
+
+def simple_reviews(count: int, seed: int) -> list[dict]:
+    """Sentences of a tiny grammar: a generator learns them within steps, so replacements are learnable."""
+    rng = random.Random(seed)
+
+    def clause():
+        return f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(ADJECTIVES)}"
+
+    return [{"text": f"{clause()} and {clause()} .", "label": i % 2} for i in range(count)]
+
+
+def electra_arguments(folder: Path, **values):
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = dict(
+        train_file=str(write_jsonl(folder / "train.jsonl.gz", simple_reviews(300, seed=0))),
+        test_file="null",
+        validation_size=20,
+        objective="electra",
+        pack_length=32,
+        logging_steps=1,
+        per_device_train_batch_size=16,
+        learning_rate=0.003,
+        warmup_steps=0.1,
+        **{"model.norm_position": "pre"},
+    )
+    settings.update(values)
+    return arguments(folder, "pretrain", **settings)
+
+
+@pytest.fixture(scope="module")
+def electra_run(tmp_path_factory):
+    """60 ELECTRA steps on tiny data: (arguments, saved discriminator folder, logged rows)."""
+    folder = tmp_path_factory.mktemp("electra")
+    args, training = electra_arguments(folder, max_steps=60)
+    output = pretrain(args, training)
+    log = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())
+    return args, output, [row for row in log["log_history"] if "loss" in row]
+
+
+def binary_entropy(p: float) -> float:
+    return -(p * np.log(p) + (1 - p) * np.log(1 - p))
+
+
+def test_electra_discriminator_learns_which_tokens_were_replaced(electra_run):
+    """Over 60 steps the discriminator's loss falls well below its start and below the loss of always
+    answering the replaced rate (so it tells replaced tokens apart); the generator's loss falls too; the
+    total is Eq. 3's MLM + 50 x discriminator."""
+    _, _, rows = electra_run
+    assert len(rows) == 60 and all(row["elapsed_minutes"] > 0 for row in rows)
+    first, last = rows[:3], rows[-10:]
+    discriminator = np.mean([row["discriminator_loss"] for row in last])
+    base_rate = binary_entropy(np.mean([row["replaced_fraction"] for row in last]))
+    assert 0.05 < np.mean([row["replaced_fraction"] for row in last]) <= 0.15  # of 15 % masked
+    assert discriminator < 0.5 * np.mean([row["discriminator_loss"] for row in first])
+    assert discriminator < 0.85 * base_rate
+    assert np.mean([row["mlm_loss"] for row in last]) < 0.8 * np.mean([row["mlm_loss"] for row in first])
+    for row in rows:
+        assert row["loss"] == pytest.approx(row["mlm_loss"] + 50 * row["discriminator_loss"], rel=1e-3)
+
+
+def test_electra_generator_is_a_quarter_wide_and_shares_the_embeddings():
+    """§3.2: the generator is a fraction of the discriminator's width and has no token embeddings of its
+    own: it reads the discriminator's (projected) and predicts through them, so its masked-LM loss trains
+    the embedding matrix the discriminator uses."""
+    from vanilla_transformer import VanillaTransformerConfig
+    from vanilla_transformer.train.electra import ElectraForPreTraining
+
+    config = VanillaTransformerConfig(
+        vocab_size=60,
+        is_encoder_decoder=False,
+        num_decoder_layers=0,
+        max_position_embeddings=16,
+        **TINY_ENCODER,
+    )
+    model = ElectraForPreTraining(config, mask_token_id=4, special_token_ids=[0, 1, 2, 3, 4])
+    generator = model.generator.encoder.config
+    assert (generator.d_model, generator.d_ff, generator.num_heads) == (8, 16, 1)
+    assert generator.num_encoder_layers == config.num_encoder_layers
+    assert [name for name, _ in model.named_parameters() if "embed" in name] == [
+        "model.encoder.embed_tokens.weight"
+    ]
+    ids = torch.randint(5, 60, (4, 16), generator=torch.Generator().manual_seed(0))
+    model.discriminator_weight = 0.0  # the generator's masked-LM loss alone
+    output = model(input_ids=ids, generator=torch.Generator().manual_seed(1))
+    output.loss.backward()
+    assert model.model.encoder.embed_tokens.weight.grad.abs().sum() > 0
+    layers = [p.grad for n, p in model.named_parameters() if n.startswith("model.encoder.layers")]
+    assert all(grad is None or not grad.any() for grad in layers)  # the discriminator's layers: untouched
+    assert output.replaced.any() and output.replaced.sum() <= (ids > 4).sum()
+
+
+def test_electra_discriminator_loads_into_the_classifier(electra_run, tmp_path):
+    """The saved discriminator is our encoder: it loads into VanillaTransformerForSequenceClassification
+    with only the new classifier missing, carries pre-training's pre-LN, and fine-tunes (`classify train`
+    from it) with dropout back on."""
+    from vanilla_transformer import VanillaTransformerForSequenceClassification, VanillaTransformerModel
+
+    args, folder, _ = electra_run
+    encoder = VanillaTransformerModel.from_pretrained(folder)
+    classifier, info = VanillaTransformerForSequenceClassification.from_pretrained(
+        folder, num_labels=2, output_loading_info=True
+    )
+    assert set(info["missing_keys"]) == {"classifier.weight", "classifier.bias"}
+    assert not info["unexpected_keys"] and not info["mismatched_keys"]
+    loaded = classifier.model.state_dict()
+    for name, tensor in encoder.state_dict().items():
+        torch.testing.assert_close(loaded[name], tensor, rtol=0, atol=0)
+    assert classifier.config.norm_position == "pre" and classifier.config.dropout == 0.0
+
+    rows = simple_reviews(80, seed=3)
+    fine_args, training = arguments(
+        tmp_path,
+        train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", rows)),
+        test_file="null",
+        validation_size=10,
+        pretrained_model=str(folder),
+        finetune_dropout=0.1,
+        num_train_epochs=1,
+    )
+    train_classifier(fine_args, training)
+    tuned = VanillaTransformerForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
+    assert tuned.config.dropout == 0.1 and tuned.config.norm_position == "pre"
+    assert tuned.config.architectures == ["VanillaTransformerForSequenceClassification"]
+
+
+def test_packed_pretraining_rows_are_full_and_unpadded(tmp_path):
+    """`pack_length`: the texts, each ending in </s>, run together and cut into equal rows, no padding."""
+    from vanilla_transformer.train.classify import pretraining_dataset
+
+    args, _ = arguments(tmp_path, pack_length=16)
+    texts = [row["text"] for row in simple_reviews(50, seed=4)]
+    tokenizer = classification_tokenizer(args, texts)
+    rows = pretraining_dataset(texts, tokenizer, args)["input_ids"]
+    stream = [t for text in texts for t in (*tokenizer(text, add_special_tokens=False)["input_ids"], 2)]
+    assert {len(row) for row in rows} == {16} and len(rows) == len(stream) // 16
+    assert [t for row in rows for t in row] == stream[: 16 * len(rows)]
+    assert tokenizer.pad_token_id not in {t for row in rows for t in row}
+
+
+def test_electra_pretraining_resumes_as_if_never_stopped(tmp_path):
+    """Stopped after its first update (with a checkpoint) and run again, ELECTRA pre-training logs the
+    same losses as the uninterrupted run: weights, optimizer, schedule, data order and the random state
+    of masking and sampling all come back."""
+    args, training = electra_arguments(tmp_path / "whole", max_steps=6)
+    pretrain(args, training)
+    whole = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())["log_history"]
+
+    resumed_dir = tmp_path / "resumed"
+    args, training = electra_arguments(resumed_dir, max_steps=6, max_minutes=0)
+    pretrain(args, training)  # one update, then a checkpoint
+    saved = json.loads((Path(training.output_dir) / "checkpoint-1" / "trainer_state.json").read_text())
+    args, training = electra_arguments(resumed_dir, max_steps=6)
+    pretrain(args, training)
+    resumed = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())["log_history"]
+    assert resumed[0] == saved["log_history"][0]  # the first update is the first invocation's, not redone
+
+    def losses(log):
+        return [(row["step"], row["loss"], row["discriminator_loss"]) for row in log if "loss" in row]
+
+    assert [step for step, *_ in losses(resumed)] == [1, 2, 3, 4, 5, 6]
+    assert losses(resumed) == pytest.approx(losses(whole), rel=1e-5)
+
+
+def test_budget_schedule_warms_up_then_reaches_zero_at_the_budget():
+    """Hand-worked values: warm-up over 10 % of the budget, then linear decay to zero when it is spent."""
+    assert budget_schedule(0, 0.0, 0.1) == 0.0
+    assert budget_schedule(3, 0.05, 0.1) == pytest.approx(0.5)
+    assert budget_schedule(9, 0.1, 0.1) == pytest.approx(1.0)
+    assert budget_schedule(50, 0.55, 0.1) == pytest.approx(0.5)
+    assert budget_schedule(99, 1.0, 0.1) == 0.0 and budget_schedule(120, 1.3, 0.1) == 0.0
+    assert budget_schedule(5, 0.5, 10) == pytest.approx(0.25)  # warm-up over 10 updates
+
+
+def test_time_budget_ends_pretraining_with_the_learning_rate_at_zero(tmp_path):
+    """`time_budget_minutes`: each update's learning rate follows the budget schedule of the minutes
+    trained so far, training stops (with a checkpoint) once it reaches zero, right at the budget, and
+    running the command again goes on from the minutes the checkpoint recorded (the budget counts every
+    invocation): one more update, at learning rate zero."""
+    budget, peak = 0.05, 0.001  # minutes; learning rate (logged: the rate an update ran at)
+    values = dict(max_steps=100000, time_budget_minutes=budget, save_strategy="no", learning_rate=peak)
+    args, training = electra_arguments(tmp_path, **values)
+    pretrain(args, training)
+    log_file = Path(args.run_dir) / "pretraining_log.json"
+    rows = [row for row in json.loads(log_file.read_text())["log_history"] if "loss" in row]
+    assert rows[-1]["step"] < 100000 and rows[-3]["elapsed_minutes"] < budget <= rows[-1]["elapsed_minutes"]
+    # An update runs at the rate the update before it set, between that one's start and its end.
+    for start, end, row in zip(rows, rows[1:], rows[2:], strict=False):
+        minutes = (start["elapsed_minutes"], end["elapsed_minutes"])
+        bounds = [peak * budget_schedule(row["step"] - 1, m / budget, 0.1) for m in minutes]
+        assert min(bounds) - 2e-5 <= row["learning_rate"] <= max(bounds) + 2e-5
+    assert max(row["learning_rate"] for row in rows) > 0.8 * peak  # warmed up, then decayed
+    checkpoints = sorted(Path(training.output_dir).glob("checkpoint-*"))
+    assert [path.name for path in checkpoints] == [f"checkpoint-{rows[-1]['step']}"]
+
+    pretrain(*electra_arguments(tmp_path, **values))  # again: the budget is spent
+    again = [row for row in json.loads(log_file.read_text())["log_history"] if "loss" in row]
+    assert again[: len(rows)] == rows and len(again) == len(rows) + 1
+    assert again[-1]["elapsed_minutes"] > rows[-1]["elapsed_minutes"]
+    assert again[-1]["learning_rate"] == 0.0  # the last update of the budget left the rate at zero
+
+
+def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
+    """training/plot_pretraining.py draws, from the runs' logs, the masked-LM loss of each (ELECTRA's
+    generator) and ELECTRA's discriminator loss beside the base-rate loss, against minutes trained."""
+    import importlib.util
+
+    script = Path(__file__).parents[1] / "training" / "plot_pretraining.py"
+    spec = importlib.util.spec_from_file_location("plot_pretraining", script)
+    plots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plots)
+    args, _, rows = electra_run
+    mlm_log = {
+        "objective": "mlm",
+        "log_history": [{"loss": 6.0 - i / 10, "elapsed_minutes": i / 2, "step": i} for i in range(1, 6)],
+    }
+    (tmp_path / "mlm").mkdir()
+    (tmp_path / "mlm" / "pretraining_log.json").write_text(json.dumps(mlm_log))
+    electra = plots.pretraining_curves(json.loads((Path(args.run_dir) / "pretraining_log.json").read_text()))
+    assert electra["masked-LM loss"] == [(row["elapsed_minutes"], row["mlm_loss"]) for row in rows]
+    assert electra["discriminator loss"] == [
+        (row["elapsed_minutes"], row["discriminator_loss"]) for row in rows
+    ]
+    assert electra["base-rate loss"][-1][1] == pytest.approx(binary_entropy(rows[-1]["replaced_fraction"]))
+    assert plots.pretraining_curves(mlm_log) == {
+        "masked-LM loss": [(i / 2, 6.0 - i / 10) for i in range(1, 6)]
+    }
+    output = tmp_path / "curves.png"
+    plots.main(
+        ["--run", f"mlm={tmp_path / 'mlm'}", "--run", f"electra={args.run_dir}", "--output", str(output)]
+    )
+    assert output.stat().st_size > 10_000

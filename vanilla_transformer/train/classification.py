@@ -41,6 +41,7 @@ from .recipes import (
 ENCODER_MODEL = {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 4, "dropout": 0.1}
 # Beyond the fields every run sets: the encoder-only shape, the masked-LM head's setting and the long-text
 # reading (from the recipe's max_length, head_tokens, long_text and window_stride).
+PRETRAINING_OBJECTIVES = ("mlm", "electra")
 SET_BY_CLASSIFICATION_RUN = (
     *SET_BY_RUN,
     "num_decoder_layers",
@@ -111,10 +112,45 @@ class ClassificationArguments:
     pretrained_model: str | None = field(
         default=None, metadata={"help": "Fine-tune from this folder (e.g. an MLM checkpoint)."}
     )
-    mlm_probability: float = 0.15
+    finetune_dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "With pretrained_model: the classifier's P_drop (default: the pre-trained config's)."
+        },
+    )
+    objective: str = field(
+        default="mlm",
+        metadata={
+            "help": "pretrain: mlm (BERT's masked LM) | electra (replaced-token detection, Clark et al. 2020)."
+        },
+    )
+    mlm_probability: float = field(
+        default=0.15, metadata={"help": "pretrain: the fraction of tokens masked."}
+    )
+    pack_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "pretrain: run the texts together (each ending in </s>) and cut them into sequences of this "
+            "many tokens, without padding (default: each text as the classifier reads it)."
+        },
+    )
+    generator_size: float = field(
+        default=0.25,
+        metadata={"help": "electra: the generator's width as a fraction of the discriminator's."},
+    )
+    discriminator_weight: float = field(
+        default=50.0, metadata={"help": "electra: lambda, the weight of the discriminator's loss (Eq. 3)."}
+    )
     max_minutes: float | None = field(
         default=None,
         metadata={"help": "Stop training (and save) after this many minutes of this invocation."},
+    )
+    time_budget_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "pretrain: minutes of training over all invocations of the run; the learning rate decays "
+            "linearly to zero there (after warmup_steps) and training stops (and saves)."
+        },
     )
     run_dir: str = "runs/imdb-classifier"
 
@@ -127,6 +163,26 @@ class ClassificationArguments:
         if self.eval_long_text is not None and self.eval_long_text not in LONG_TEXT_STRATEGIES:
             raise ValueError(
                 f"`eval_long_text` must be one of {list(LONG_TEXT_STRATEGIES)}, got {self.eval_long_text!r}."
+            )
+        if self.objective not in PRETRAINING_OBJECTIVES:
+            raise ValueError(
+                f"`objective` must be one of {list(PRETRAINING_OBJECTIVES)}, got {self.objective!r}."
+            )
+        if not 0 < self.mlm_probability < 1:
+            raise ValueError(f"`mlm_probability` must lie in (0, 1), got {self.mlm_probability!r}.")
+        if self.pack_length is not None and self.pack_length < 2:
+            raise ValueError(f"`pack_length` must be at least 2 tokens, got {self.pack_length!r}.")
+        if not 0 < self.generator_size <= 1:
+            raise ValueError(f"`generator_size` must lie in (0, 1], got {self.generator_size!r}.")
+        if not self.discriminator_weight > 0:
+            raise ValueError(f"`discriminator_weight` must be positive, got {self.discriminator_weight!r}.")
+        for name in ("max_minutes", "time_budget_minutes"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"`{name}` must not be negative, got {value!r}.")
+        if self.finetune_dropout is not None and not 0 <= self.finetune_dropout < 1:
+            raise ValueError(
+                f"`finetune_dropout` must be a probability in [0, 1), got {self.finetune_dropout!r}."
             )
         if self.mixed_precision not in MIXED_PRECISION_CHOICES:
             raise ValueError(

@@ -3,13 +3,15 @@ own text, fine-tuning a classifier, and evaluating one on a labelled file."""
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 from datasets import Dataset, load_dataset
+from torch.optim.lr_scheduler import LambdaLR
 from transformers import (
     AutoTokenizer,
     DataCollatorForLanguageModeling,
@@ -17,7 +19,11 @@ from transformers import (
     Trainer,
     TrainerCallback,
     TrainingArguments,
+    set_seed,
 )
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
+from transformers.trainer_utils import get_last_checkpoint
 
 from ..classification_pipeline import LongText, average_logits, encode_long_texts
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
@@ -40,6 +46,7 @@ from .classification import (
     write_json,
 )
 from .data import data_path, load_or_train_tokenizer
+from .electra import ElectraForPreTraining
 from .recipes import build_config, describe_precision
 
 
@@ -59,6 +66,130 @@ class TimeBudget(TrainerCallback):
             control.should_training_stop = True
             control.should_save = True
         return control
+
+
+class TrainingClock(TrainerCallback, ExportableState):
+    """Minutes of training summed over every invocation of a run (checkpoints keep them, in
+    ``trainer_state.json``), logged with each loss as ``elapsed_minutes``. Counted from the first update
+    of an invocation, so evaluation and checkpointing between updates count too.
+
+    With ``budget_minutes`` the time-budget schedule asks it for ``scheduled_progress`` (the fraction of
+    the budget spent when the next update's learning rate is set), and training ends, with a checkpoint,
+    after the update that set it to zero."""
+
+    def __init__(self, budget_minutes: float | None = None, elapsed_seconds: float = 0.0):
+        self.budget_minutes = budget_minutes
+        self.elapsed_seconds = elapsed_seconds
+        self.last_progress = self._fraction(elapsed_seconds)
+        self._tick = None
+
+    @classmethod
+    def resuming(cls, budget_minutes: float | None, checkpoint: str | None) -> TrainingClock:
+        """A clock that goes on from the minutes recorded in ``checkpoint`` (none: from zero), with this
+        invocation's budget (a resumed run may be given more time)."""
+        elapsed = 0.0
+        if checkpoint is not None:
+            state = json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+            recorded = state.get("stateful_callbacks", {}).get(cls.__name__, {})
+            elapsed = float(recorded.get("attributes", {}).get("elapsed_seconds", 0.0))
+        return cls(budget_minutes, elapsed)
+
+    def state(self) -> dict:
+        return {
+            "args": {"budget_minutes": self.budget_minutes},
+            "attributes": {"elapsed_seconds": self.elapsed_seconds},
+        }
+
+    def _fraction(self, seconds: float) -> float:
+        return seconds / (60 * self.budget_minutes) if self.budget_minutes else 0.0
+
+    def scheduled_progress(self) -> float:
+        """The fraction of the budget spent by now (remembered: training stops once it reaches 1)."""
+        running = time.monotonic() - self._tick if self._tick is not None else 0.0
+        self.last_progress = self._fraction(self.elapsed_seconds + running)
+        return self.last_progress
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self._tick is None:
+            self._tick = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.monotonic()
+        self.elapsed_seconds += now - self._tick
+        self._tick = now
+        # The schedule set the next update's rate to zero (or, a safety net, the budget is 1 % overdrawn).
+        if (
+            self.budget_minutes is not None
+            and max(self.last_progress, self._fraction(self.elapsed_seconds) - 0.01) >= 1
+        ):
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def budget_schedule(step: int, progress: float, warmup: float) -> float:
+    """The learning-rate factor of a run with a time budget: linear warm-up (``warmup`` < 1: over that
+    fraction of the budget; >= 1: over that many updates, as ``TrainingArguments.warmup_steps`` reads),
+    then linear decay that reaches zero when the budget is spent (``progress`` = minutes trained /
+    budget): the budget-aware schedule of "Cramming" (Geiping & Goldstein, 2023)."""
+    decay = max(0.0, 1.0 - progress)
+    if warmup >= 1:
+        return min(1.0, step / warmup) * decay
+    if progress < warmup:
+        return progress / warmup
+    return decay / (1.0 - warmup)
+
+
+class PretrainingTrainer(Trainer):
+    """``transformers.Trainer`` for ``classify pretrain``. Each logged loss also gets ``elapsed_minutes``
+    (``TrainingClock``) and, for ELECTRA, its two parts (``mlm_loss``, ``discriminator_loss``) and the
+    ``replaced_fraction``, averaged over the updates since the last log, so that runs of different
+    objectives plot against wall-clock time. With a time budget the learning rate follows
+    ``budget_schedule``."""
+
+    PARTS = ("mlm_loss", "discriminator_loss", "replaced_fraction")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._parts = {name: [] for name in self.PARTS}
+
+    @property
+    def clock(self) -> TrainingClock | None:
+        return next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingClock)), None)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        clock = self.clock
+        if clock is None or clock.budget_minutes is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            warmup = self.args.warmup_steps
+            self.lr_scheduler = LambdaLR(
+                optimizer or self.optimizer,
+                lambda step: budget_schedule(step, self.clock.scheduled_progress(), warmup),
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(
+            model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+        )
+        if model.training:
+            for name in self.PARTS:
+                if isinstance(outputs, dict) and outputs.get(name) is not None:
+                    self._parts[name].append(outputs[name])
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            for name, values in self._parts.items():
+                if values:
+                    logs[name] = round(torch.stack(values).float().mean().item(), 4)
+                    values.clear()
+        clock = self.clock
+        if clock is not None:
+            logs["elapsed_minutes"] = round(clock.elapsed_seconds / 60, 4)
+        super().log(logs, start_time)
 
 
 def _callbacks(args: ClassificationArguments) -> list[TrainerCallback]:
@@ -82,7 +213,7 @@ def model_config(args: ClassificationArguments, tokenizer, **extra) -> VanillaTr
     """The encoder of the recipe's model block, with the run's vocabulary and special tokens."""
     return build_config(
         args.model,
-        defaults={"max_position_embeddings": args.max_length},
+        defaults={"max_position_embeddings": max(args.max_length, args.pack_length or 0)},
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
@@ -153,53 +284,133 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     return corpus, held_out
 
 
-def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> Path:
-    """BERT-style masked-LM pre-training of the encoder on the training texts and ``unlabelled_files``.
+def pretraining_dataset(texts: list[str], tokenizer, args: ClassificationArguments) -> Dataset:
+    """The rows pre-training reads. With ``pack_length``: the texts, each ending in ``</s>``, run together
+    and cut into sequences of exactly that many tokens, so no step computes on padding (what the
+    cramming recipe and ELECTRA do; the remainder of every 1,000 texts is dropped). Without: each text
+    as the classifier reads it (``long_text``, ``max_length``)."""
+    data = Dataset.from_dict({args.text_column: texts})
+    if not args.pack_length:
+        return _encode(data, tokenizer, args, args.reading(), with_labels=False).remove_columns("owner")
+    length, eos = args.pack_length, tokenizer.eos_token_id
 
-    The head runs only at the masked positions (``sparse_prediction``): the loss is the same, and the
-    (batch, length, vocabulary) logits that would dominate a small encoder's step are never built."""
+    def pack(batch):
+        cleaned = [clean_text(text) for text in batch[args.text_column]]
+        encoded = tokenizer(cleaned, add_special_tokens=False, verbose=False)["input_ids"]
+        stream = [token for ids in encoded for token in (*ids, eos)]
+        return {"input_ids": [stream[i : i + length] for i in range(0, len(stream) - length + 1, length)]}
+
+    return data.map(pack, batched=True, batch_size=1000, remove_columns=data.column_names, desc="Packing")
+
+
+def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path:
+    """``classify pretrain``: pre-train the encoder on the task's own text (``pretraining_texts``) with
+    ``objective: mlm`` (BERT's masked LM) or ``objective: electra`` (replaced-token detection, ``electra.py``).
+
+    Resumable: the same command continues from the last Trainer checkpoint in ``output_dir`` (weights,
+    optimizer, schedule, data position, random state and the minutes already trained). With
+    ``time_budget_minutes`` the learning rate decays to zero when that many minutes of training (over
+    all invocations) are spent, and training stops there. Returns the folder of the encoder to fine-tune
+    (``run_dir/mlm`` or ``run_dir/discriminator``), with its tokenizer and card."""
     precision = precision_record(args, training)
     print(f"Precision: {describe_precision(precision)}.")
-    texts, _ = pretraining_texts(args, training.seed)
+    set_seed(training.seed)  # the model's initial weights too (the Trainer seeds only once it is built)
+    texts, held_out = pretraining_texts(args, training.seed)
     tokenizer = classification_tokenizer(args, texts)
-    corpus = _encode(
-        Dataset.from_dict({args.text_column: texts}), tokenizer, args, args.reading(), with_labels=False
-    ).remove_columns("owner")
-    model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
-    trainer = Trainer(
-        model=model, args=training, train_dataset=corpus, data_collator=collator, callbacks=_callbacks(args)
+    corpus = pretraining_dataset(texts, tokenizer, args)
+    evaluate = training.eval_strategy != "no"
+    checkpoint = _last_checkpoint(training.output_dir)
+    electra = args.objective == "electra"
+    if electra:
+        if tokenizer.mask_token_id is None:
+            raise ValueError(
+                f"ELECTRA needs a tokenizer with a mask token; {tokenizer.name_or_path} has none."
+            )
+        model = ElectraForPreTraining(
+            model_config(args, tokenizer),
+            mask_token_id=tokenizer.mask_token_id,
+            special_token_ids=tokenizer.all_special_ids,
+            mask_probability=args.mlm_probability,
+            generator_size=args.generator_size,
+            discriminator_weight=args.discriminator_weight,
+        )
+        collator = DataCollatorWithPadding(tokenizer)  # the model masks and samples (§2)
+    else:
+        # The head runs only at the masked positions (sparse_prediction): the loss is the same, and the
+        # (batch, length, vocabulary) logits that would dominate a small encoder's step are never built.
+        model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
+        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
+    trainer = PretrainingTrainer(
+        model=model,
+        args=training,
+        train_dataset=corpus,
+        eval_dataset=pretraining_dataset(held_out, tokenizer, args) if evaluate else None,
+        data_collator=collator,
+        callbacks=[*_callbacks(args), TrainingClock.resuming(args.time_budget_minutes, checkpoint)],
     )
-    trainer.train(resume_from_checkpoint=_last_checkpoint(training.output_dir))
-    output = Path(args.run_dir) / "mlm"
-    trainer.save_model(output)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
+    log = {"objective": args.objective, "log_history": trainer.state.log_history}
+    write_json(Path(args.run_dir) / "pretraining_log.json", log)
+    output = Path(args.run_dir) / ("discriminator" if electra else "mlm")
+    kept = model.discriminator() if electra else model
+    kept.save_pretrained(output)
     tokenizer.save_pretrained(output)
+    _pretraining_card(args, training, trainer, kept, output, len(corpus), precision)
+    return output
+
+
+def pretrain_mlm(args: ClassificationArguments, training: TrainingArguments) -> Path:
+    """Masked-LM pre-training (``pretrain`` with ``objective: mlm``)."""
+    return pretrain(replace(args, objective="mlm"), training)
+
+
+def _pretraining_card(args, training, trainer, model, folder: Path, rows: int, precision: dict) -> Path:
     name, kind = _data_name(args)
-    write_model_card(
-        output,
+    clock = trainer.clock
+    settings = {
+        "data": f"{name}: {rows:,} sequences"
+        + (f" of {args.pack_length} packed tokens" if args.pack_length else ""),
+        "updates": trainer.state.global_step,
+        "batch size": training.per_device_train_batch_size * training.gradient_accumulation_steps,
+        "learning rate": training.learning_rate,
+        "masking": f"{args.mlm_probability:.0%} of tokens",
+        "training time": f"{clock.elapsed_seconds / 60:.1f} min" if clock else "",
+        "precision": describe_precision(precision),
+    }
+    if args.objective == "electra":
+        settings["generator"] = (
+            f"{args.generator_size:g} of the discriminator's width; lambda {args.discriminator_weight:g}"
+        )
+        summary = (
+            "The Transformer's encoder pre-trained as ELECTRA's discriminator (replaced-token detection, Clark et "
+            "al., 2020) on the task's own text, to be fine-tuned as a classifier "
+            "(`VanillaTransformerForSequenceClassification.from_pretrained`)."
+        )
+        task, suffix = "feature-extraction", "-electra"
+    else:
+        summary = (
+            "The Transformer's encoder pre-trained as a BERT-style masked language model on the task's own text, "
+            "to be fine-tuned as a classifier."
+        )
+        task, suffix = "fill-mask", "-mlm"
+    return write_model_card(
+        folder,
         model,
-        task="fill-mask",
-        name=Path(args.run_dir).name + "-mlm",
-        summary="The Transformer's encoder pre-trained as a BERT-style masked language model on the task's "
-        "own text, to be fine-tuned as a classifier.",
+        task=task,
+        name=Path(args.run_dir).name + suffix,
+        summary=summary,
         results=[],
         datasets=[] if kind == "json" else [name],
-        training={
-            "data": f"{name}: {len(corpus):,} texts",
-            "epochs": training.num_train_epochs,
-            "batch size": training.per_device_train_batch_size,
-            "learning rate": training.learning_rate,
-            "masking": f"{args.mlm_probability:.0%} of tokens",
-            "precision": describe_precision(precision),
-        },
+        training=settings,
     )
-    return output
 
 
 def train_classifier(args: ClassificationArguments, training: TrainingArguments) -> dict:
     """Fine-tune (or train from scratch) the classifier; evaluates on the test file when given."""
     precision = precision_record(args, training)
     print(f"Precision: {describe_precision(precision)}.")
+    set_seed(training.seed)  # the model's initial weights too (the Trainer seeds only once it is built)
     train = _subset(load_labelled(args, args.train_file), args.max_train_examples, training.seed)
     if args.validation_file:
         validation = load_labelled(args, args.validation_file)
@@ -213,6 +424,8 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
     # The reading (long_text, max_length, ...) goes into the saved config: the pipeline reads as training did.
     extra = {"num_labels": len(id2label), "id2label": id2label, "label2id": label2id, **args.reading_config()}
     if args.pretrained_model:
+        if args.finetune_dropout is not None:  # pre-training may have run without dropout
+            extra["dropout"] = args.finetune_dropout
         model = VanillaTransformerForSequenceClassification.from_pretrained(args.pretrained_model, **extra)
     else:
         model = VanillaTransformerForSequenceClassification(model_config(args, tokenizer, **extra))
@@ -345,9 +558,18 @@ def predict_texts(model, tokenizer, texts: list[str], reading: LongText, output_
 
 
 def _last_checkpoint(output_dir: str) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
     return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
 
 
-__all__ = ["pretrain_mlm", "train_classifier", "evaluate_classifier"]
+__all__ = [
+    "pretrain",
+    "pretrain_mlm",
+    "pretraining_texts",
+    "pretraining_dataset",
+    "train_classifier",
+    "evaluate_classifier",
+    "predict_texts",
+    "TrainingClock",
+    "budget_schedule",
+    "PretrainingTrainer",
+]
