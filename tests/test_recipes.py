@@ -1,0 +1,186 @@
+"""Issue 17's checks on the shipped recipes: every file under training/configs parses with the loader of its
+kind; ``mixed_precision: auto`` resolves as the README's "Mixed precision (bf16)" section documents; and a
+seconds-long bf16 run lowers the loss and saves a folder that loads and generates in fp32."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+import vanilla_transformer  # noqa: F401  (registers the Auto classes)
+from vanilla_transformer.precision import resolve_mixed_precision
+from vanilla_transformer.train.ablation import read_study
+from vanilla_transformer.train.arguments import load_arguments
+from vanilla_transformer.train.classification import load_classification_arguments
+from vanilla_transformer.train.loop import train
+
+CONFIGS = Path(__file__).parent.parent / "training" / "configs"
+RECIPES = sorted(CONFIGS.glob("*.yaml"))  # a new recipe is covered without editing this file
+
+# -- every shipped recipe parses ------------------------------------------------------------------------------
+
+
+def _translation(path: Path) -> list[str]:
+    return [load_arguments(str(path)).mixed_precision]
+
+
+def _classification(path: Path) -> list[str]:
+    args, _ = load_classification_arguments(str(path), {}, "train")
+    return [args.mixed_precision]
+
+
+def _study(path: Path) -> list[str]:
+    """Table 3's study: every row, as the training command it becomes."""
+    study = read_study(path)
+    return [
+        load_arguments(str(study.recipe), study.overrides(row, Path("ablation"))).mixed_precision
+        for row in study.rows
+    ]
+
+
+LOADERS = {  # kind -> (what reads it, the mixed_precision setting of each run it makes)
+    "translation (vanilla-transformer train)": _translation,
+    "classification (vanilla-transformer classify)": _classification,
+    "Table 3 study (vanilla-transformer ablate)": _study,
+}
+
+
+def test_recipes_are_shipped():
+    assert len(RECIPES) >= 3, f"no recipes found under {CONFIGS}"
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda path: path.name)
+def test_every_shipped_recipe_parses_with_the_loader_of_its_kind(recipe):
+    """Exactly one loader accepts each file (the others refuse its keys), and every run it describes uses
+    `mixed_precision: auto`, as the README says of every shipped recipe."""
+    accepted, refused = {}, {}
+    for kind, load in LOADERS.items():
+        try:
+            accepted[kind] = load(recipe)
+        except (ValueError, TypeError, FileNotFoundError) as error:
+            refused[kind] = f"{type(error).__name__}: {error}"
+    assert accepted, f"{recipe.name}: no loader accepts it:\n" + "\n".join(
+        f"  {kind}: {reason}" for kind, reason in refused.items()
+    )
+    assert len(accepted) == 1, f"{recipe.name}: read by more than one kind of command: {sorted(accepted)}"
+    ((kind, settings),) = accepted.items()
+    assert settings and set(settings) == {"auto"}, f"{recipe.name} ({kind}): mixed_precision {settings}"
+
+
+# -- `auto` follows the documented hardware rule ------------------------------------------------------------
+
+
+@pytest.fixture
+def hardware(monkeypatch):
+    """Set what torch reports: the CPU's capability flags and, optionally, a CUDA GPU's compute capability."""
+
+    def set_hardware(cpu_flags: dict, cuda: tuple[int, int] | None = None):
+        monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"cpu_name": "Test CPU", **cpu_flags})
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda is not None)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cuda)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU")
+
+    return set_hardware
+
+
+CPUS = {  # torch.cpu.get_capabilities() flags -> what `auto` means (README: AMX or AVX512-BF16)
+    "amx": ({"avx512": True, "amx_bf16": True}, "bf16"),
+    "avx512-bf16": ({"avx512": True, "avx512_bf16": True}, "bf16"),
+    "avx512-without-bf16": ({"avx512": True, "avx2": True, "amx_bf16": False, "avx512_bf16": False}, "no"),
+    "avx2-only": ({"avx2": True}, "no"),
+}
+
+
+@pytest.mark.parametrize("flags, expected", CPUS.values(), ids=CPUS.keys())
+def test_auto_on_a_cpu_is_bf16_exactly_with_amx_or_avx512_bf16(hardware, flags, expected):
+    hardware(flags, cuda=None)
+    assert resolve_mixed_precision("auto", "cpu") == expected
+    assert resolve_mixed_precision("auto") == expected  # no GPU: the run's device is the CPU
+    assert resolve_mixed_precision("no", "cpu") == "no"  # `no` forces fp32, native bf16 or not
+
+
+GPUS = {(7, 5): "no", (8, 0): "bf16", (8, 6): "bf16", (9, 0): "bf16"}  # README: compute capability >= 8.0
+
+
+@pytest.mark.parametrize("capability, expected", GPUS.items(), ids=[f"sm{a}{b}" for a, b in GPUS])
+def test_auto_on_a_gpu_follows_its_compute_capability_not_the_cpu(hardware, capability, expected):
+    hardware({"amx_bf16": True}, cuda=capability)  # the CPU would say bf16; the GPU is where the run computes
+    assert resolve_mixed_precision("auto", "cuda") == expected
+    assert resolve_mixed_precision("auto") == expected
+    hardware({"avx2": True}, cuda=capability)
+    assert resolve_mixed_precision("auto") == expected
+
+
+def test_forced_bf16_without_native_bf16_runs_emulated_with_a_warning(hardware, recwarn):
+    """README: `bf16` forces bf16, "with a warning where it is emulated"; none where it is native."""
+    hardware({"avx2": True}, cuda=None)
+    with pytest.warns(UserWarning, match=r"mixed_precision='bf16' on Test CPU \(no native bf16\).*emulated"):
+        assert resolve_mixed_precision("bf16") == "bf16"
+    hardware({"avx512_bf16": True}, cuda=None)
+    recwarn.clear()
+    assert resolve_mixed_precision("bf16") == "bf16"
+    assert not [w for w in recwarn if "emulated" in str(w.message)]
+
+
+def test_a_misspelt_setting_is_refused_naming_the_field():
+    with pytest.raises(
+        ValueError, match=r"`mixed_precision` must be one of \['auto', 'no', 'bf16'\], got 'fp16'"
+    ):
+        resolve_mixed_precision("fp16")
+
+
+# -- a seconds-long bf16 run --------------------------------------------------------------------------------
+
+SHORT_BF16_RUN = {  # the synthetic recipe shrunk to seconds: a 1+1-layer model of width 32, 40 updates
+    "mixed_precision": "bf16",  # CPU autocast to bf16 runs on any CPU (emulated where not native)
+    "synthetic_train_size": 400,
+    "synthetic_eval_size": 2,
+    "vocab_size": 400,
+    "max_tokens": 600,
+    "max_steps": 40,
+    "warmup_steps": 10,
+    "eval_every": 1000,
+    "save_every": 1000,
+    "eval_bleu_samples": 2,
+    "num_beams": 2,
+    "log_every": 1,
+    "report_to": "none",
+    "model.d_model": 32,
+    "model.d_ff": 64,
+    "model.num_encoder_layers": 1,
+    "model.num_decoder_layers": 1,
+}
+
+
+def test_a_short_bf16_run_learns_and_its_folder_loads_and_generates_in_fp32(tmp_path):
+    output = tmp_path / "run"
+    args = load_arguments(
+        str(CONFIGS / "synthetic_en_de.yaml"), {**SHORT_BF16_RUN, "output_dir": str(output)}
+    )
+    results = train(args)  # where bf16 is emulated, with the warning tested above
+    assert results["mixed_precision"]["used"] == "bf16"
+
+    rows = [json.loads(line) for line in (output / "train_log.jsonl").read_text().splitlines()]
+    losses = [row["train/loss"] for row in rows if "train/loss" in row]
+    assert len(losses) == 40 and all(map(torch.isfinite, torch.tensor(losses)))
+    first, last = sum(losses[:3]) / 3, sum(losses[-3:]) / 3  # means of three: one batch is noisy
+    assert last < first - 1.0, (first, last)  # measured: 6.14 -> 4.08
+
+    tokenizer = AutoTokenizer.from_pretrained(output / "model")
+    sources = ["The big fast street hears the cat .", "A dog sees 12 old houses ."]
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    translations = []
+    for _ in range(2):  # two loads: nothing in the folder is left to chance (no missing, re-initialised key)
+        model = AutoModelForSeq2SeqLM.from_pretrained(output / "model").eval()
+        assert {name: p.dtype for name, p in model.named_parameters() if p.dtype != torch.float32} == {}
+        greedy = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=10)
+        # generate() casts each step's scores to fp32 itself: read the model's own logits.
+        with torch.no_grad():
+            logits = model(**batch, decoder_input_ids=greedy).logits
+        assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
+        translations.append(greedy)
+    torch.testing.assert_close(translations[0], translations[1], rtol=0, atol=0)
+    texts = tokenizer.batch_decode(translations[0], skip_special_tokens=True)
+    assert all(text.strip() for text in texts), texts
