@@ -1,13 +1,16 @@
-"""The encoder alone as a text classifier: data, tokenizer, masked-LM self-pretraining and fine-tuning
-with ``transformers.Trainer``, and evaluation with a confusion matrix.
+"""The encoder alone as a text classifier: data, tokenizer, pre-training (masked LM or ELECTRA) and
+fine-tuning with ``transformers.Trainer``, and evaluation with a confusion matrix.
 
 A recipe holds ``ClassificationArguments`` and ``transformers.TrainingArguments`` keys side by side,
 and the encoder's ``VanillaTransformerConfig`` fields in its ``model:`` block (``recipes.py``).
 
 Data are ``datasets`` JSON Lines with a text and a label column (the layout of ``../shared/data/imdb``)
 or a Hub data set. Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB)
-become spaces. Long texts keep their head and their tail (Sun et al., 2019: the first 128 and the last
-tokens of a review carry most of its sentiment), so the verdict at the end of a review survives.
+become spaces. A text longer than ``max_length`` is read as ``long_text`` says (by default its head and
+its tail: Sun et al., 2019, the first 128 and the last tokens of a review carry most of its sentiment,
+so the verdict at the end of a review survives); the reading is saved with the model
+(``classification_pipeline.py``). Validation reviews are held out of the training file
+(``split_validation``); the test file is only scored.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Run the classification recipe with ``transformers.Trainer``: masked-LM self-pretraining on the task's
-own text, fine-tuning a classifier, and evaluating one on a labelled file."""
+"""Run the classification recipe with ``transformers.Trainer``: pre-training the encoder on the task's own
+text (BERT's masked LM, or ELECTRA's replaced-token detection: ``electra.py``), fine-tuning a classifier
+(choices on reviews held out of the training file), and evaluating one on a labelled file, reading long
+texts with the functions the saved model's pipeline uses (``classification_pipeline.py``)."""
 
 from __future__ import annotations
 
