@@ -183,8 +183,15 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     assert accuracy[0].metric_value == pytest.approx(100 * results["test"]["accuracy"], abs=1e-3)
     assert card.data.pipeline_tag == "text-classification"
     assert "| precision | fp32 (mixed_precision: no;" in card.text
-    classify = pipeline("text-classification", model=str(folder))
-    assert classify("정말 재미있는 영화")[0]["label"] in {"NEGATIVE", "POSITIVE"}
+    # The folder names its own pipeline (the saved long-text reading), so it runs as remote code.
+    classify = pipeline("text-classification", model=str(folder), trust_remote_code=True)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    for text in ["정말 재미있는 영화", "a dull boring mess"]:
+        with torch.no_grad():
+            logits = model.eval()(**tokenizer(text, return_tensors="pt")).logits[0]
+        result = classify(text)[0]
+        assert result["label"] == model.config.id2label[int(logits.argmax())]
+        assert result["score"] == pytest.approx(float(logits.softmax(-1).max()), abs=1e-5)
     assert classify(["loved every minute . great acting"])[0]["label"] == "POSITIVE"
     remote = pipeline("text-classification", model=str(folder), trust_remote_code=True)
     assert remote("a boring film")[0]["label"] == classify("a boring film")[0]["label"]

@@ -36,9 +36,12 @@ def test_text_classification_pipeline_returns_label_names(tokenizer, tmp_path):
     # The same from a saved folder, labels round-tripping through config.json.
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    from_folder = pipeline("text-classification", model=str(tmp_path))
+    from_folder = pipeline("text-classification", model=str(tmp_path), trust_remote_code=True)
     assert from_folder.model.config.id2label == labels
-    assert from_folder("a great cast")[0]["label"] in labels.values()
+    assert from_folder("a great cast")[0]["label"] == classify("a great cast")[0]["label"]
+    assert from_folder("a great cast")[0]["score"] == pytest.approx(
+        classify("a great cast")[0]["score"], abs=1e-6
+    )
 
 
 def test_text_generation_pipeline(tokenizer):

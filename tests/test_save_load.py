@@ -136,6 +136,7 @@ REMOTE_CODE_FILES = (
     "configuration_vanilla_transformer.py",
     "modeling_vanilla_transformer.py",
     "translation_pipeline.py",
+    "classification_pipeline.py",
 )
 
 

@@ -136,13 +136,13 @@ def cmd_demo(options) -> None:
 
 def cmd_classify(options) -> None:
     from .train.classification import load_classification_arguments
-    from .train.classify import evaluate_classifier, pretrain_mlm, train_classifier
+    from .train.classify import evaluate_classifier, pretrain, train_classifier
 
     args, training = load_classification_arguments(
         options.recipe, parse_overrides(options.set), options.stage
     )
     if options.stage == "pretrain":
-        print(f"Masked-LM checkpoint: {pretrain_mlm(args, training)}")
+        print(f"Pre-trained encoder ({args.objective}): {pretrain(args, training)}")
     elif options.stage == "train":
         print(json.dumps(train_classifier(args, training), indent=2))
     else:
@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo)
 
     classify = commands.add_parser(
-        "classify", help="The encoder as a text classifier: pretrain (masked LM), train (Trainer), evaluate."
+        "classify",
+        help="The encoder as a text classifier: pretrain (masked LM or ELECTRA), train (Trainer), evaluate.",
     )
     classify.add_argument("stage", choices=["pretrain", "train", "evaluate"])
     classify.add_argument("--recipe", help="YAML recipe, e.g. training/configs/imdb_supervised.yaml")
