@@ -1,11 +1,12 @@
 """Train the shared source-target BPE vocabulary of §5.1 and save it as a transformers fast tokenizer.
 
-The tokenizer works on any Unicode script: text is NFKC-normalised, split into words and punctuation,
-and each word's UTF-8 bytes are merged by byte-pair encoding (Sennrich et al., 2016; byte-level as in
-GPT-2), so no character is ever unknown and decoding gives the text back exactly. Nothing is
-lower-cased or stripped of accents. Special tokens are fixed at the ids the
-config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3; every encoded sequence ends in
-``</s>``. The result loads offline with ``AutoTokenizer.from_pretrained(folder)``.
+The tokenizer works on any Unicode script: text is NFC-normalised (canonical composition only, so
+Hangul compatibility jamo such as "ㅋㅋ", full-width letters or "①" stay as typed; NFKC would rewrite
+them), split into words and punctuation, and each word's UTF-8 bytes are merged by byte-pair encoding
+(Sennrich et al., 2016; byte-level as in GPT-2), so no character is ever unknown and decoding gives the
+(NFC) text back exactly. Nothing is lower-cased or stripped of accents. Special tokens are fixed at
+the ids the config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3; every encoded sequence
+ends in ``</s>``. The result loads offline with ``AutoTokenizer.from_pretrained(folder)``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def train_bpe_tokenizer(
         )
     specials = list(SPECIAL_TOKENS.values()) + list(extra_special_tokens)
     bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    bpe.normalizer = normalizers.NFKC()
+    bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
