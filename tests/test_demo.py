@@ -288,3 +288,33 @@ def test_push_with_demo_uploads_an_app_that_serves_the_model_without_the_package
     result = run_without_the_package(APP_SCRIPT, SENTENCES[3], folder=sent)
     assert result.stdout.splitlines()[-2:] == [f"translation: {SENTENCES[3]}", "Blocks"]
     assert translate(load_for_demo(sent), SENTENCES[3], 2, 0.6, 0) == SENTENCES[3]
+
+
+@pytest.mark.parametrize("reading", ["head_tail", "windows"])
+def test_the_classifier_page_reads_long_texts_as_the_folders_pipeline(reading, tokenizer, tmp_path):
+    """A review longer than the model's positions is not refused: the page scores it as the saved
+    reading says (head + tail, or windows with averaged logits), exactly as the folder's own pipeline
+    (and `classify evaluate`) score it, and says how it was read."""
+    from transformers import pipeline
+
+    from vanilla_transformer.demo import classify
+
+    config = encoder_only_config(
+        num_labels=2,
+        id2label={0: "NEGATIVE", 1: "POSITIVE"},
+        max_position_embeddings=24,
+        classifier_long_text=reading,
+        classifier_head_tokens=8,
+    )
+    VanillaTransformerForSequenceClassification(config).eval().save_pretrained(tmp_path / "classifier")
+    tokenizer.save_pretrained(tmp_path / "classifier")
+    text = " ".join(CORPUS * 3)
+    assert len(tokenizer(text)["input_ids"]) > 3 * 24  # several windows, and head + tail differ from the head
+    scores, note = classify(load_for_demo(str(tmp_path / "classifier")), text)
+    expected = pipeline("text-classification", model=str(tmp_path / "classifier"), trust_remote_code=True)(
+        text, top_k=None
+    )
+    assert scores == pytest.approx({row["label"]: row["score"] for row in expected}, abs=1e-6)
+    assert reading in note
+    short, note = classify(load_for_demo(str(tmp_path / "classifier")), CORPUS[0])
+    assert note == "" and sum(short.values()) == pytest.approx(1.0)

@@ -63,13 +63,15 @@ def _gradio():
 
 @dataclass
 class Loaded:
-    """A model the page serves, its tokenizer and the longest text it reads (in tokens)."""
+    """A model the page serves, its tokenizer and the longest text it reads (in tokens); for a classifier,
+    also the folder's own text-classification pipeline (it reads long texts as the model was evaluated)."""
 
     model: torch.nn.Module
     tokenizer: object
     task: str
     limit: int
     limit_name: str
+    classifier: object | None = None
 
 
 def load_for_demo(model_path: str | Path) -> Loaded:
@@ -119,7 +121,13 @@ def load_for_demo(model_path: str | Path) -> Loaded:
     limit, limit_name = model.config.max_position_embeddings, "max_position_embeddings"
     if tokenizer.model_max_length < limit:
         limit, limit_name = tokenizer.model_max_length, "the tokenizer's model_max_length"
-    return Loaded(model, tokenizer, task, limit, limit_name)
+    classifier = None
+    if task == "classification":
+        from transformers import pipeline
+
+        # The folder names its own pipeline (config.custom_pipelines): remote code, in both cases.
+        classifier = pipeline("text-classification", model=model_path, trust_remote_code=True)
+    return Loaded(model, tokenizer, task, limit, limit_name, classifier)
 
 
 def check_text(loaded: Loaded, text: str) -> None:
@@ -154,13 +162,24 @@ def translate(loaded: Loaded, text: str, num_beams: int, length_penalty: float, 
     return loaded.tokenizer.decode(output, skip_special_tokens=True)
 
 
-def classify(loaded: Loaded, text: str) -> dict[str, float]:
-    """Each label's probability (softmax of the classifier's logits)."""
-    check_text(loaded, text)
-    with torch.no_grad():
-        logits = loaded.model(**loaded.tokenizer(text, return_tensors="pt")).logits[0]
+def classify(loaded: Loaded, text: str) -> tuple[dict[str, float], str]:
+    """Each label's probability from the folder's own text-classification pipeline, which reads a long
+    text as the saved classifier says (``config.classifier_long_text``: head + tail, or windows with
+    averaged logits), as ``classify evaluate`` scored it; and a note saying how a long text was read."""
+    if not text or not text.strip():
+        raise ValueError("The text is empty: type a sentence first.")
     config = loaded.model.config
-    return {config.id2label[i]: float(p) for i, p in enumerate(logits.float().softmax(-1))}
+    scores = {row["label"]: row["score"] for row in loaded.classifier(text, top_k=None)}
+    scores = {name: scores[name] for name in config.id2label.values()}  # the labels' own order
+    reads = config.classifier_max_length or config.max_position_embeddings  # tokens per view, </s> included
+    length = len(loaded.tokenizer(text)["input_ids"])
+    note = ""
+    if length > reads:
+        note = (
+            f"A long text ({length} tokens, the model reads {reads} at a time): read as the model was "
+            f"evaluated (classifier_long_text: {config.classifier_long_text})."
+        )
+    return scores, note
 
 
 def continue_text(loaded: Loaded, text: str, num_beams: int, max_new_tokens: int) -> str:
@@ -354,12 +373,14 @@ def _classification_page(gr, loaded: Loaded) -> None:
 
     def respond(text_value, layer_value, head_value):
         try:
-            scores = classify(loaded, text_value)
-            weights = attention(loaded, text_value)
+            scores, note = classify(loaded, text_value)
+            weights = None if note else attention(loaded, text_value)
         except Exception as error:  # noqa: BLE001 - every failure becomes a message on the page
             gr.Warning(_failure(error))
             return [_failure(error), None, None, *redraw(None, 1, 1)]
-        return ["", scores, weights, *redraw(weights, layer_value, head_value)]
+        if note:
+            note += f" Attention maps are drawn for texts of at most {loaded.limit} tokens."
+        return [note, scores, weights, *redraw(weights, layer_value, head_value)]
 
     for event in (run.click, text.submit):
         event(respond, [text, layer, head], [message, output, found, *images])
