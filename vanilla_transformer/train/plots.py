@@ -78,20 +78,24 @@ def plot_ablation(rows: list[dict], bars: Path, curves: Path) -> tuple[Path, Pat
     figure.savefig(bars)
     plt.close(figure)
 
-    figure, axis = plt.subplots(figsize=(7, 4), dpi=120)
-    for row, colour in zip(rows, colours, strict=True):
+    figure, axis = plt.subplots(figsize=(8, 4.5), dpi=120)
+    styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 3))]  # the rows of one group, told apart
+    for index, (row, colour) in enumerate(zip(rows, colours, strict=True)):
         points = [point for point in row.get("history", []) if "loss" in point]
         if points:
+            within = sum(other["group"] == row["group"] for other in rows[:index])
             axis.plot(
                 [p["step"] for p in points],
                 [p["loss"] for p in points],
-                "-",
+                linestyle=styles[within % len(styles)],
+                marker="o",
+                markersize=3,
                 color=colour,
                 label=row["name"],
-                alpha=0.8,
             )
     axis.set_xlabel("updates")
-    axis.set_ylabel("validation loss (label-smoothed)")
+    # Each row's own training objective: rows that change label smoothing (D) change what is measured.
+    axis.set_ylabel("validation loss (the row's own ε_ls)")
     axis.set_title("Learning curves of the Table 3 rows")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=2)
