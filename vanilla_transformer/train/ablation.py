@@ -186,10 +186,7 @@ def run_study(study: Study, rows: list[Row], output: Path, minutes: float | None
             train_row(study, row, output, minutes)
         if not (folder / ROW_RESULT).is_file():
             measure_row(study, row, output)  # now, so that an interrupted study keeps every measured row
-    table = collect(study, rows, output)
-    table["wall_minutes"] = (time.time() - start) / 60
-    (output / "table3.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
-    return table
+    return collect(study, rows, output, wall_minutes=(time.time() - start) / 60)
 
 
 def train_row(study: Study, row: Row, output: Path, minutes: float | None = None) -> None:
@@ -207,7 +204,7 @@ def train_row(study: Study, row: Row, output: Path, minutes: float | None = None
         )
 
 
-def collect(study: Study, rows: list[Row], output: Path) -> dict:
+def collect(study: Study, rows: list[Row], output: Path, wall_minutes: float | None = None) -> dict:
     """Measure trained rows that are not measured yet, then write ``table3.md``, ``table3.json`` and plots."""
     measured = []
     for row in rows:
@@ -228,6 +225,8 @@ def collect(study: Study, rows: list[Row], output: Path) -> dict:
         "settings": study.settings,
         "rows": measured,
     }
+    if wall_minutes is not None:  # the study's own run (``run_study``), not a later ``--collect``
+        table["wall_minutes"] = wall_minutes
     (output / "table3.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
     (output / "table3.md").write_text(markdown_table(measured), encoding="utf-8")
     from .plots import plot_ablation
