@@ -256,6 +256,17 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
     assert f"vocabulary 400, {model.num_parameters():,} parameters" in card.text
 
 
+def test_a_run_with_a_saved_tokenizer_logs_into_a_new_output_dir(tmp_path):
+    """Reusing a trained tokenizer (``tokenizer_path``) with no tracker leaves nothing else to create
+    ``output_dir`` before the first log row: it crashed with "No such file ... train_log.jsonl"."""
+    _, first = run(tmp_path, "first", max_steps=2)
+    results, folder = run(
+        tmp_path, "nested/second", max_steps=3, save_every=1000, tokenizer_path=str(first / "tokenizer")
+    )
+    assert sorted(logged_losses(folder)) == [1, 2, 3] and results["updates"] == 3
+    assert not (folder / "tokenizer").exists()  # the saved one was used, not retrained
+
+
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, precision):
     dropout = {"dropout": 0.1}

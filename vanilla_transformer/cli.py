@@ -35,10 +35,16 @@ def cmd_evaluate(options) -> None:
     from .loading import load_saved_model
     from .train.arguments import load_arguments
     from .train.data import data_path
-    from .train.loop import evaluate_split, prepare_data
+    from .train.loop import evaluate_split, prepare_data, set_decoding
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
     model = load_saved_model(options.model, AutoModelForSeq2SeqLM).eval()
+    if options.beams is not None or options.length_penalty is not None:  # try a decoding, folder untouched
+        set_decoding(
+            model.generation_config,
+            options.beams if options.beams is not None else model.generation_config.num_beams,
+            options.length_penalty if options.length_penalty is not None else model.generation_config.length_penalty,
+        )
     tokenizer = AutoTokenizer.from_pretrained(options.model)
     split = prepare_data(args)[options.split]
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
@@ -216,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--recipe", help="The recipe that names the data (default: the synthetic task).")
     evaluate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--beams", type=int, help="Beam size (default: the model's generation config).")
+    evaluate.add_argument(
+        "--length-penalty", type=float, help="Beam length penalty alpha (default: the model's generation config)."
+    )
     evaluate.add_argument(
         "--output", help="Where to write the hypotheses (default: <model>/<split>_hypotheses.txt)."
     )

@@ -104,6 +104,8 @@ def train(args: TranslationTrainingArguments) -> dict:
 def set_up(args: TranslationTrainingArguments) -> Run:
     """Accelerate, data, the shared vocabulary, the model, batches, Adam (§5.3) with Eq. 3; all prepared."""
     accelerator, precision = make_accelerator(args)
+    if accelerator.is_main_process:  # the log is written from the first update, before any save
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     set_seed(args.seed)
     splits = prepare_data(args)
     if "train" not in splits:
@@ -157,6 +159,8 @@ def set_decoding(generation_config, num_beams: int, length_penalty: float) -> No
     """The recipe's decoding (§6.1: beam 4, alpha 0.6) in the generation config saved with the model.
     Greedy search (``num_beams: 1``) has no length penalty or early stopping: both go back to their
     defaults, which transformers requires of a valid greedy config."""
+    if num_beams < 1:
+        raise ValueError(f"The beam size (`num_beams`) must be at least 1, got {num_beams}.")
     generation_config.num_beams = num_beams
     beam = num_beams > 1
     generation_config.length_penalty = length_penalty if beam else 1.0
