@@ -1,7 +1,9 @@
 """The `evaluate`, `translate` and `average` commands end to end on a tiny model trained here, and the two
 BLEU conventions they report, against hand-worked values."""
 
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -58,6 +60,7 @@ SETTINGS = {
     "save_every": 50,
     "synthetic_eval_size": 6,
 }
+ROOT = Path(__file__).parent.parent
 MODEL = {"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
 
@@ -94,6 +97,52 @@ def test_evaluate_reproduces_the_runs_own_test_bleu(trained, tmp_path, capsys):
     ]
     assert report["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
     assert report["sacrebleu"] > 1 and report["bleu_lc_tok"] > 1  # some n-grams right: real sentences
+    assert (report["num_beams"], report["length_penalty"]) == (2, 0.6)  # the run's saved decoding
+    assert json.loads((tmp_path / "test_scores.json").read_text()) == report
+
+
+def test_evaluate_tries_another_decoding_without_changing_the_folder(trained, tmp_path, capsys):
+    """`evaluate --beams/--length-penalty` scores a decoding (how one is chosen on validation) with the
+    hypotheses `translate --beams` gives, and leaves the folder's saved generation config as it was."""
+    output, greedy = tmp_path / "hypotheses.txt", tmp_path / "greedy.txt"
+    main(
+        [
+            "evaluate",
+            "--model",
+            str(trained / "model"),
+            *settings(trained),
+            "--split",
+            "validation",
+            "--beams",
+            "1",
+            "--output",
+            str(output),
+        ]
+    )
+    report = json.loads((tmp_path / "validation_scores.json").read_text())
+    assert (report["split"], report["num_beams"], report["length_penalty"]) == ("validation", 1, 1.0)
+    sources = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["validation"][
+        "source"
+    ]
+    (tmp_path / "source.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    main(
+        [
+            "translate",
+            "--model",
+            str(trained / "model"),
+            "--input",
+            str(tmp_path / "source.txt"),
+            "--output",
+            str(greedy),
+            "--beams",
+            "1",
+        ]
+    )
+    assert output.read_text(encoding="utf-8").splitlines() == greedy.read_text(encoding="utf-8").splitlines()
+    saved = json.loads((trained / "model" / "generation_config.json").read_text())
+    assert (saved["num_beams"], saved["length_penalty"]) == (2, 0.6)
+    with pytest.raises(SystemExit, match="num_beams.*at least 1, got 0"):
+        main(["evaluate", "--model", str(trained / "model"), *settings(trained), "--beams", "0"])
 
 
 def test_translate_writes_one_line_per_input_line(trained, tmp_path):
@@ -167,3 +216,43 @@ def test_average_writes_the_mean_of_the_checkpoints(trained, tmp_path, capsys):
                 str(tmp_path / "c"),
             ]
         )
+
+
+def test_choose_on_validation_scores_windows_then_decodings(trained, capsys):
+    """training/choose_on_validation.py: the last-1 window is the run's final model (its validation BLEU is
+    what `evaluate --split validation` gives), windows average spaced checkpoints, and the winner is the
+    best validation row; the test split is not translated."""
+    spec = importlib.util.spec_from_file_location("choose", ROOT / "training" / "choose_on_validation.py")
+    choose = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(choose)
+    choose.main(
+        [
+            str(trained),
+            *settings(trained),
+            "--last",
+            "1",
+            "3",
+            "4",
+            "--beams",
+            "1",
+            "2",
+            "--length-penalty",
+            "0.6",
+            "1.2",
+        ]
+    )
+    results = json.loads((trained / "validation_choices.json").read_text())
+    assert [row["last"] for row in results["windows"]] == [1, 3]  # 3 checkpoints: no window of 4
+    assert results["windows"][1]["checkpoints"] == ["step-00000050", "step-00000100", "step-00000150"]
+    assert "--last 4: only 3 checkpoints" in capsys.readouterr().out
+    main(["evaluate", "--model", str(trained / "model"), *settings(trained), "--split", "validation"])
+    validation = json.loads((trained / "model" / "validation_scores.json").read_text())
+    assert results["windows"][0]["sacrebleu"] == pytest.approx(validation["sacrebleu"])
+    decodings = {(row["num_beams"], row["length_penalty"]) for row in results["decoding"]}
+    assert decodings == {(2, 0.6), (1, 1.0), (2, 1.2)}  # the run's own (beam 2, 0.6) scored once
+    best = max(results["decoding"], key=lambda row: row["sacrebleu"])
+    assert results["winner"]["num_beams"] == best["num_beams"]
+    assert (
+        results["winner"]["average_last"] == max(results["windows"], key=lambda row: row["sacrebleu"])["last"]
+    )
+    assert not list(trained.glob("choose-*"))  # the averaged scratch folders are removed

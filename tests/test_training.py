@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,13 @@ from vanilla_transformer.train.checkpoints import (
     latest_checkpoint,
     spaced_checkpoints,
 )
-from vanilla_transformer.train.loop import build_model_config, train
+from vanilla_transformer.train.loop import Clock, RunState, build_model_config, train
 from vanilla_transformer.train.recipes import parse_overrides, parse_yaml
-from vanilla_transformer.train.schedule import transformer_learning_rate, transformer_lr_scheduler
+from vanilla_transformer.train.schedule import (
+    cooldown_factor,
+    transformer_learning_rate,
+    transformer_lr_scheduler,
+)
 from vanilla_transformer.train.synthetic import german_number, synthetic_pairs
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
@@ -164,6 +169,38 @@ def test_the_logged_learning_rate_of_update_k_is_eq3_at_step_k(tmp_path):
     assert (
         optimizer["param_groups"][0]["betas"] == (0.9, 0.98) and optimizer["param_groups"][0]["eps"] == 1e-9
     )
+
+
+def test_cooldown_takes_eq3_linearly_to_zero_over_the_last_fraction_of_the_budget(tmp_path):
+    """``lr_cooldown: 0.5`` with an 8-update budget: updates 1-5 are set while at most half the budget is
+    spent and keep Eq. 3's rate; update k > 5 gets lr(k) * (1 - (k-1)/8) / 0.5, worked by hand for d_model
+    32, warmup 4: lr(6) = 32^-0.5 6^-0.5 * 0.75 = 0.0541266, lr(7) = 0.0668153 * 0.5 = 0.0334077,
+    lr(8) = 0.0625 * 0.25 = 0.015625."""
+    assert [cooldown_factor(p, 0.2) for p in (0.0, 0.8, 0.9, 1.0, 1.3)] == pytest.approx([1, 1, 0.5, 0, 0])
+    assert cooldown_factor(0.99, 0.0) == 1.0  # 0: the paper's schedule
+    _, folder = run(tmp_path, "run", max_steps=8, warmup_steps=4, lr_cooldown=0.5, save_every=8)
+    rates = {step: row["train/lr"] for step, row in logged_rows(folder).items()}
+    assert {k: rates[k] for k in (2, 4, 5)} == pytest.approx(
+        {k: transformer_learning_rate(k, 32, 4) for k in (2, 4, 5)}
+    )
+    assert [rates[6], rates[7], rates[8]] == pytest.approx([0.0541266, 0.0334077, 0.015625], rel=1e-5)
+    optimizer = torch.load(latest_checkpoint(folder / "checkpoints") / "state" / "optimizer.bin")
+    assert optimizer["param_groups"][0]["lr"] == 0.0  # the budget is spent: a next update would not move
+    card = (folder / "model" / "README.md").read_text()
+    assert "linear cool-down to 0 over the last 50% of the budget" in card
+
+
+def test_cooldown_counts_the_minutes_budget_when_it_is_further_along():
+    """With ``max_minutes`` the fraction spent is the larger of updates/max_steps and minutes/max_minutes:
+    a run resumed after 6 of its 10 minutes has spent 60 % of its budget whatever its step count."""
+    args = load_arguments(None, {**TINY_RUN, "max_steps": 1000, "max_minutes": 10, "lr_cooldown": 0.5})
+    clock = Clock(args, RunState(step=20, elapsed_seconds=360.0))
+    single = types.SimpleNamespace(num_processes=1)
+    assert clock.spent(20, single) == pytest.approx(0.6, abs=1e-3)
+    assert clock.spent(900, single) == pytest.approx(0.9)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match=r"`lr_cooldown` is a fraction of the budget in \[0, 1\)"):
+            load_arguments(None, {**TINY_RUN, "lr_cooldown": bad})
 
 
 # -- batching ----------------------------------------------------------------------------------------------

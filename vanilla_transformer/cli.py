@@ -43,7 +43,9 @@ def cmd_evaluate(options) -> None:
         set_decoding(
             model.generation_config,
             options.beams if options.beams is not None else model.generation_config.num_beams,
-            options.length_penalty if options.length_penalty is not None else model.generation_config.length_penalty,
+            options.length_penalty
+            if options.length_penalty is not None
+            else model.generation_config.length_penalty,
         )
     tokenizer = AutoTokenizer.from_pretrained(options.model)
     split = prepare_data(args)[options.split]
@@ -52,8 +54,15 @@ def cmd_evaluate(options) -> None:
     scores, samples = evaluate_split(model, tokenizer, split, args, output, references)
     for source, hypothesis, reference in samples:
         print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
-    print(json.dumps({"split": options.split, "sentences": len(split), **scores}, indent=2))
-    print(f"Hypotheses written to {output}")
+    decoding = {
+        "num_beams": model.generation_config.num_beams,
+        "length_penalty": model.generation_config.length_penalty,
+    }
+    report = {"split": options.split, "sentences": len(split), **scores, **decoding}
+    print(json.dumps(report, indent=2))
+    scores_file = output.with_name(f"{options.split}_scores.json")
+    scores_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(f"Hypotheses written to {output}, scores to {scores_file}")
 
 
 def cmd_translate(options) -> None:
@@ -224,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="test")
     evaluate.add_argument("--beams", type=int, help="Beam size (default: the model's generation config).")
     evaluate.add_argument(
-        "--length-penalty", type=float, help="Beam length penalty alpha (default: the model's generation config)."
+        "--length-penalty",
+        type=float,
+        help="Beam length penalty alpha (default: the model's generation config).",
     )
     evaluate.add_argument(
         "--output", help="Where to write the hypotheses (default: <model>/<split>_hypotheses.txt)."

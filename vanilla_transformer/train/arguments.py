@@ -83,6 +83,13 @@ class TranslationTrainingArguments:
     )
     warmup_steps: int = 400
     lr_scale: float = 1.0
+    lr_cooldown: float = field(
+        default=0.0,
+        metadata={
+            "help": "Departure from Eq. 3 (0: none). The last fraction of the run's budget (max_minutes, "
+            "else max_steps) over which the rate of Eq. 3 falls linearly to zero, e.g. 0.2."
+        },
+    )
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
@@ -125,6 +132,8 @@ class TranslationTrainingArguments:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
+        if not 0.0 <= self.lr_cooldown < 1.0:
+            raise ValueError(f"`lr_cooldown` is a fraction of the budget in [0, 1), got {self.lr_cooldown}.")
         if self.average_last > self.keep_last:
             raise ValueError(
                 f"`average_last` ({self.average_last}) cannot exceed `keep_last` ({self.keep_last}): "

@@ -63,6 +63,14 @@ class RunState:
 
 
 @dataclass
+class BudgetSpent:
+    """The fraction of the run's budget spent, as the cool-down (``lr_cooldown``) reads it: the loop sets it
+    after each update, before the scheduler sets the next update's rate."""
+
+    fraction: float = 0.0
+
+
+@dataclass
 class Run:
     """What the update loop works with, after ``accelerator.prepare``."""
 
@@ -78,6 +86,7 @@ class Run:
     train_sampler: TokenBudgetBatchSampler
     valid_loader: DataLoader | None
     valid_batches: int  # batches of the whole validation split, before Accelerate shards it
+    spent: BudgetSpent = field(default_factory=BudgetSpent)
 
     @property
     def output_dir(self) -> Path:
@@ -134,7 +143,15 @@ def set_up(args: TranslationTrainingArguments) -> Run:
         eps=args.adam_epsilon,
         fused=accelerator.device.type in FUSED_ADAM_DEVICES,  # one kernel for all parameters, fp32 state
     )
-    scheduler = transformer_lr_scheduler(optimizer, model.config.d_model, args.warmup_steps, args.lr_scale)
+    spent = BudgetSpent()
+    scheduler = transformer_lr_scheduler(
+        optimizer,
+        model.config.d_model,
+        args.warmup_steps,
+        args.lr_scale,
+        cooldown=args.lr_cooldown,
+        progress=lambda: spent.fraction,
+    )
     model, optimizer, train_loader = accelerator.prepare(model, optimizer, train_loader)
     if valid_loader is not None:
         valid_loader = accelerator.prepare(valid_loader)
@@ -152,6 +169,7 @@ def set_up(args: TranslationTrainingArguments) -> Run:
         train_sampler=train_sampler,
         valid_loader=valid_loader,
         valid_batches=len(valid_sampler) if valid_sampler is not None else 0,
+        spent=spent,
     )
 
 
@@ -338,6 +356,16 @@ class Clock:
         over_epochs = args.max_epochs is not None and state.epoch >= args.max_epochs
         return state.step >= args.max_steps or over_time or over_epochs
 
+    def spent(self, steps: int, accelerator: Accelerator) -> float:
+        """The fraction of the budget spent after ``steps`` updates: of max_steps, or of max_minutes if
+        that is further along. The same on every process (the largest), so their learning rates agree."""
+        fraction = steps / self.args.max_steps
+        if self.args.max_minutes is not None:
+            fraction = max(fraction, self.elapsed() / (60 * self.args.max_minutes))
+        if accelerator.num_processes > 1:
+            fraction = accelerator.reduce(torch.tensor(fraction, device=accelerator.device), "max").item()
+        return fraction
+
     def eta(self, state: RunState) -> str:
         """Time left until whichever budget ends first: updates (at this session's rate) or minutes."""
         rate = (state.step - self.session_first_step) / max(time.time() - self.session_start, 1e-9)
@@ -420,6 +448,8 @@ def run_epoch(run: Run, state: RunState, clock: Clock, window: LossWindow, progr
             continue  # more batches of this update to come
         # Update state.step + 1 stepped with Eq. 3's rate at that step; the scheduler moves on to the next.
         window.add_update(grad_norm, run.scheduler.get_last_lr()[0])
+        if run.args.lr_cooldown:
+            run.spent.fraction = clock.spent(state.step + 1, accelerator)
         run.scheduler.step()
         state.step += 1
         progress.update(1)
@@ -639,7 +669,12 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
         "training time": f"{results['training_minutes']:.1f} min",
         "tokens per batch": args.max_tokens,
         "optimizer": f"Adam({args.adam_beta1}, {args.adam_beta2}, eps={args.adam_epsilon}), Eq. 3 "
-        f"(warmup {args.warmup_steps}, scale {args.lr_scale})",
+        f"(warmup {args.warmup_steps}, scale {args.lr_scale})"
+        + (
+            f", linear cool-down to 0 over the last {args.lr_cooldown:.0%} of the budget"
+            if args.lr_cooldown
+            else ""
+        ),
         "label smoothing": model.config.label_smoothing,
         "precision": describe_precision(results["mixed_precision"]),
         "final model": ", ".join(results.get("averaged_checkpoints", [])) or "last weights",
