@@ -42,11 +42,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="Run folders (output_dir of each training run).")
     parser.add_argument("--output", type=Path, default=Path("bleu_precision.png"))
+    parser.add_argument("--labels", nargs="+", help="One legend label per run (default: its precision).")
     parser.add_argument("--metric", choices=sorted(METRICS), default="sacrebleu")
     parser.add_argument("--title", default="Same recipe, same updates: fp32 against bf16 mixed precision")
     args = parser.parse_args(argv)
     metric = args.metric
     runs = [load_run(folder, metric) for folder in args.runs]
+    if args.labels:
+        if len(args.labels) != len(runs):
+            parser.error(f"--labels names {len(args.labels)} runs, but {len(runs)} were given.")
+        runs = [(label, history, test) for label, (_, history, test) in zip(args.labels, runs, strict=True)]
 
     print("| update | " + " | ".join(f"{label} BLEU | {label} min" for label, _, _ in runs) + " |")
     print("| --- |" + " --- | --- |" * len(runs))

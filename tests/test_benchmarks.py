@@ -97,3 +97,30 @@ def test_our_ctranslate2_export_runs_in_the_suite_and_agrees_with_our_model():
     system = build("ctranslate2-ours", PRESETS["small"], threads=1)
     source = random_sentences(3, 8, PRESETS["small"]["vocab_size"], seed=4)
     assert torch.equal(system.generate(source, num_beams=1, new_tokens=6), system.reference(source, 6))
+
+
+def test_precision_curves_tabulate_each_run_and_mark_the_evaluated_test_score(tmp_path, capsys):
+    """benchmarks/precision_curves.py reads each run's validation history and, where `evaluate` scored the
+    final model on test (model/test_scores.json), prints that score with the run's updates and minutes."""
+    from benchmarks.precision_curves import main as curves_main
+
+    history = [{"step": 500, "sacrebleu": 12.5, "bleu_lc_tok": 13.0, "elapsed_minutes": 5.2}]
+    for name, used, test in (("fp32", "no", None), ("bf16", "bf16", 41.27)):
+        (tmp_path / name / "model").mkdir(parents=True)
+        results = {"updates": 900, "training_minutes": 9.5, "mixed_precision": {"used": used}}
+        (tmp_path / name / "results.json").write_text(json.dumps({**results, "history": history}))
+        if test:
+            scores = {"sacrebleu": test, "bleu_lc_tok": 43.0, "num_beams": 4, "length_penalty": 0.6}
+            (tmp_path / name / "model" / "test_scores.json").write_text(json.dumps(scores))
+    plot = tmp_path / "curves.png"
+    curves_main([str(tmp_path / "fp32"), str(tmp_path / "bf16"), "--output", str(plot)])
+    printed = capsys.readouterr().out
+    assert "| 500 | 12.50 | 5.2 | 12.50 | 5.2 |" in printed
+    assert "bf16: test sacreBLEU 41.27 after 900 updates, 9.5 min (beam 4, length penalty 0.6)" in printed
+    assert "fp32: test" not in printed and plot.stat().st_size > 10_000
+    curves_main(
+        [str(tmp_path / "bf16"), "--metric", "bleu_lc_tok", "--labels", "cooled", "--output", str(plot)]
+    )
+    assert "cooled: test lowercased tokenized BLEU 43.00" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        curves_main([str(tmp_path / "bf16"), "--labels", "a", "b", "--output", str(plot)])

@@ -4,6 +4,7 @@ import gzip
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import types
@@ -265,6 +266,10 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
         folder / "model" / "tokenizer.json"
     ).is_file()
     assert results["updates"] == 40 and set(results["test"]) == {"sacrebleu", "bleu_lc_tok"}
+    # This process's peak resident memory in MiB: more than torch alone takes, at most the peak now.
+    peak_now = int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
+    assert 100 < results["peak_memory_mib"]["host"] <= peak_now
+    assert json.loads((folder / "results.json").read_text())["peak_memory_mib"] == results["peak_memory_mib"]
     assert (folder / "test_hypotheses.txt").read_text().count("\n") == 8
     assert (folder / "bleu_curve.png").stat().st_size > 1000
     checkpoint = latest_checkpoint(folder / "checkpoints")
@@ -288,6 +293,8 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
         "| optimizer | Adam(0.9, 0.98, eps=1e-09), Eq. 3 (warmup 4, scale 2.0) |",
         "| label smoothing | 0.1 |",
         "| final model | last weights |",
+        "| decoding (saved generation config) | beam 2, length penalty 0.6: the recipe's choice, departing "
+        "from §6.1's beam 4, length penalty 0.6 |",
     ):
         assert row in card.text
     assert f"vocabulary 400, {model.num_parameters():,} parameters" in card.text
@@ -621,6 +628,10 @@ def test_a_greedy_recipe_saves_a_valid_greedy_generation_config(tmp_path):
     _, folder = run(tmp_path, "greedy", max_steps=2, save_every=1, num_beams=1, length_penalty=0.6)
     saved = GenerationConfig.from_pretrained(folder / "model")
     assert (saved.num_beams, saved.length_penalty, saved.early_stopping) == (1, 1.0, False)
+    assert (
+        "| decoding (saved generation config) | greedy search: the recipe's choice"
+        in (folder / "model" / "README.md").read_text()
+    )
     model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model")
     ids = torch.tensor([[5, 6, 7, 2]])
     assert torch.equal(

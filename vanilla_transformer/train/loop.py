@@ -113,8 +113,6 @@ def train(args: TranslationTrainingArguments) -> dict:
 def set_up(args: TranslationTrainingArguments) -> Run:
     """Accelerate, data, the shared vocabulary, the model, batches, Adam (§5.3) with Eq. 3; all prepared."""
     accelerator, precision = make_accelerator(args)
-    if accelerator.is_main_process:  # the log is written from the first update, before any save
-        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     set_seed(args.seed)
     splits = prepare_data(args)
     if "train" not in splits:
@@ -125,6 +123,10 @@ def set_up(args: TranslationTrainingArguments) -> Run:
         name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
         for name, split in splits.items()
     }
+    if (
+        accelerator.is_main_process
+    ):  # the data is good: the log is written from the first update, before any save
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
     set_decoding(model.generation_config, args.num_beams, args.length_penalty)
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
@@ -597,6 +599,7 @@ def finish(run: Run, state: RunState, training_minutes: float) -> dict:
     if accelerator.is_main_process:
         final = save_final_model(run, results)
         results["parameters"] = final.num_parameters()
+        results["peak_memory_mib"] = peak_memory_mib(accelerator.device)
         results["history"] = state.history
         if "test" in run.splits:
             results["test"] = evaluate_test_split(run, final)
@@ -610,6 +613,17 @@ def finish(run: Run, state: RunState, training_minutes: float) -> dict:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
+
+
+def peak_memory_mib(device: torch.device) -> dict[str, float]:
+    """This process's peak resident memory (the host's, training included), and on a GPU the peak that
+    torch allocated there, in MiB."""
+    import resource
+
+    peaks = {"host": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # Linux reports KiB
+    if device.type == "cuda":
+        peaks["cuda"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return {name: round(value, 1) for name, value in peaks.items()}
 
 
 def save_final_model(run: Run, results: dict):
@@ -678,6 +692,7 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
         "label smoothing": model.config.label_smoothing,
         "precision": describe_precision(results["mixed_precision"]),
         "final model": ", ".join(results.get("averaged_checkpoints", [])) or "last weights",
+        "decoding (saved generation config)": describe_decoding(args.num_beams, args.length_penalty),
     }
     return write_model_card(
         folder,
@@ -691,6 +706,14 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
         training=training,
         language=[args.source_lang, args.target_lang],
     )
+
+
+def describe_decoding(num_beams: int, length_penalty: float) -> str:
+    """The card's decoding row: §6.1's beam 4 and alpha 0.6, or the recipe's departure from them."""
+    if (num_beams, length_penalty) == (4, 0.6):
+        return "beam 4, length penalty 0.6 (§6.1)"
+    search = "greedy search" if num_beams == 1 else f"beam {num_beams}, length penalty {length_penalty}"
+    return f"{search}: the recipe's choice, departing from §6.1's beam 4, length penalty 0.6"
 
 
 def evaluate_split(
