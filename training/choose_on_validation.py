@@ -20,20 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-from vanilla_transformer.loading import load_saved_model
 from vanilla_transformer.train.arguments import load_arguments
 from vanilla_transformer.train.checkpoints import average_checkpoints, spaced_checkpoints
-from vanilla_transformer.train.loop import evaluate_split, prepare_data, set_decoding
+from vanilla_transformer.train.loop import evaluate_folder, prepare_data
 
 
 def score(model_dir: Path, split, args, num_beams: int, length_penalty: float) -> dict:
-    model = load_saved_model(str(model_dir), AutoModelForSeq2SeqLM).eval()
-    set_decoding(model.generation_config, num_beams, length_penalty)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     start = time.time()
-    scores, _ = evaluate_split(model, tokenizer, split, args, model_dir / "validation_hypotheses.txt")
+    scores, _ = evaluate_folder(
+        model_dir, split, args, model_dir / "validation_hypotheses.txt", None, num_beams, length_penalty
+    )
     return {**scores, "decode_seconds": time.time() - start}
 
 
@@ -74,17 +70,14 @@ def main(argv: list[str] | None = None) -> None:
         if not results["windows"]:
             raise SystemExit(f"No averaging window could be built from {root}.")
         best = max(results["windows"], key=lambda row: row[options.metric])
-        results["decoding"].append(
-            {"num_beams": args.num_beams, "length_penalty": args.length_penalty}
-            | {k: best[k] for k in ("sacrebleu", "bleu_lc_tok", "decode_seconds")}
-        )
+        results["decoding"].append({k: v for k, v in best.items() if k not in ("last", "checkpoints")})
         for beams, alpha in itertools.product(options.beams, options.length_penalty):
-            if (beams, alpha) == (args.num_beams, args.length_penalty) or (
-                beams == 1 and alpha != options.length_penalty[0]
+            alpha = alpha if beams > 1 else 1.0  # greedy search has no length penalty
+            if any(
+                (row["num_beams"], row["length_penalty"]) == (beams, alpha) for row in results["decoding"]
             ):
-                continue  # already scored; greedy search has no length penalty
-            row = {"num_beams": beams, "length_penalty": alpha if beams > 1 else 1.0}
-            row |= score(averaged[best["last"]], split, args, beams, alpha)
+                continue  # already scored
+            row = score(averaged[best["last"]], split, args, beams, alpha)
             results["decoding"].append(row)
             print(
                 f"last {best['last']}, beam {beams}, alpha {row['length_penalty']}: {options.metric} {row[options.metric]:.2f}"

@@ -30,35 +30,20 @@ def cmd_train(options) -> None:
 
 
 def cmd_evaluate(options) -> None:
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from .loading import load_saved_model
     from .train.arguments import load_arguments
     from .train.data import data_path
-    from .train.loop import evaluate_split, prepare_data, set_decoding
+    from .train.loop import evaluate_folder, prepare_data
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
-    model = load_saved_model(options.model, AutoModelForSeq2SeqLM).eval()
-    if options.beams is not None or options.length_penalty is not None:  # try a decoding, folder untouched
-        set_decoding(
-            model.generation_config,
-            options.beams if options.beams is not None else model.generation_config.num_beams,
-            options.length_penalty
-            if options.length_penalty is not None
-            else model.generation_config.length_penalty,
-        )
-    tokenizer = AutoTokenizer.from_pretrained(options.model)
     split = prepare_data(args)[options.split]
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
     references = data_path(args.tokenized_test_references, args.data_dir) if options.split == "test" else None
-    scores, samples = evaluate_split(model, tokenizer, split, args, output, references)
+    scores, samples = evaluate_folder(
+        options.model, split, args, output, references, options.beams, options.length_penalty
+    )
     for source, hypothesis, reference in samples:
         print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
-    decoding = {
-        "num_beams": model.generation_config.num_beams,
-        "length_penalty": model.generation_config.length_penalty,
-    }
-    report = {"split": options.split, "sentences": len(split), **scores, **decoding}
+    report = {"split": options.split, "sentences": len(split), **scores}
     print(json.dumps(report, indent=2))
     scores_file = output.with_name(f"{options.split}_scores.json")
     scores_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

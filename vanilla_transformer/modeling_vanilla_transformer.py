@@ -843,8 +843,9 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 # ------------------------------------------------------------------------------------------------
 
 
-# §6.1: during inference the maximum output length is the input length + 50.
+# §6.1: during inference the maximum output length is the input length + 50; beam size 4, alpha 0.6.
 MAX_NEW_TOKENS_OVER_SOURCE = 50
+PAPER_NUM_BEAMS, PAPER_LENGTH_PENALTY = 4, 0.6
 
 
 def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfig:
@@ -852,8 +853,8 @@ def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfi
     output length bounded by input length + 50 (``max_new_tokens_over_source``), stopping a beam
     search when enough hypotheses are finished."""
     generation_config = GenerationConfig.from_model_config(config)
-    generation_config.num_beams = 4
-    generation_config.length_penalty = 0.6
+    generation_config.num_beams = PAPER_NUM_BEAMS
+    generation_config.length_penalty = PAPER_LENGTH_PENALTY
     generation_config.early_stopping = True
     generation_config.max_new_tokens_over_source = MAX_NEW_TOKENS_OVER_SOURCE
     # A deliberate config, not one derived from the model config: transformers reloads derived ones

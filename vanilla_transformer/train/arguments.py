@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
 from ..precision import MIXED_PRECISION_CHOICES
 from .recipes import SET_BY_RUN, check_model_block, parse_recipe
 
@@ -102,8 +103,8 @@ class TranslationTrainingArguments:
     # -- evaluation (§6.1) ---------------------------------------------------------------------------
     eval_every: int = 200
     eval_bleu_samples: int = 200
-    num_beams: int = 4
-    length_penalty: float = 0.6
+    num_beams: int = PAPER_NUM_BEAMS
+    length_penalty: float = PAPER_LENGTH_PENALTY
     eval_batch_size: int = 100
     # -- checkpoints and logging -----------------------------------------------------------------------
     output_dir: str = "runs/synthetic-en-de"

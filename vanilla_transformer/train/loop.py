@@ -34,7 +34,11 @@ from transformers import DataCollatorForSeq2Seq
 
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..model_card import Result, write_model_card
-from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..modeling_vanilla_transformer import (
+    PAPER_LENGTH_PENALTY,
+    PAPER_NUM_BEAMS,
+    VanillaTransformerForConditionalGeneration,
+)
 from .arguments import TranslationTrainingArguments
 from .batching import TokenBudgetBatchSampler
 from .checkpoints import (
@@ -123,9 +127,8 @@ def set_up(args: TranslationTrainingArguments) -> Run:
         name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
         for name, split in splits.items()
     }
-    if (
-        accelerator.is_main_process
-    ):  # the data is good: the log is written from the first update, before any save
+    # The data is good: make the folder now, since the log is written from the first update, before any save.
+    if accelerator.is_main_process:
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
     set_decoding(model.generation_config, args.num_beams, args.length_penalty)
@@ -448,7 +451,8 @@ def run_epoch(run: Run, state: RunState, clock: Clock, window: LossWindow, progr
         window.add_batch(loss, count_tokens(batch) * accelerator.num_processes)
         if not accelerator.sync_gradients:
             continue  # more batches of this update to come
-        # Update state.step + 1 stepped with Eq. 3's rate at that step; the scheduler moves on to the next.
+        # Update state.step + 1 stepped with Eq. 3's rate at that step (times the cool-down, if any); the
+        # scheduler moves on to the next update's rate.
         window.add_update(grad_norm, run.scheduler.get_last_lr()[0])
         if run.args.lr_cooldown:
             run.spent.fraction = clock.spent(state.step + 1, accelerator)
@@ -710,10 +714,40 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
 
 def describe_decoding(num_beams: int, length_penalty: float) -> str:
     """The card's decoding row: §6.1's beam 4 and alpha 0.6, or the recipe's departure from them."""
-    if (num_beams, length_penalty) == (4, 0.6):
-        return "beam 4, length penalty 0.6 (§6.1)"
+    paper = f"beam {PAPER_NUM_BEAMS}, length penalty {PAPER_LENGTH_PENALTY}"
+    if (num_beams, length_penalty) == (PAPER_NUM_BEAMS, PAPER_LENGTH_PENALTY):
+        return f"{paper} (§6.1)"
     search = "greedy search" if num_beams == 1 else f"beam {num_beams}, length penalty {length_penalty}"
-    return f"{search}: the recipe's choice, departing from §6.1's beam 4, length penalty 0.6"
+    return f"{search}: the recipe's choice, departing from §6.1's {paper}"
+
+
+def evaluate_folder(
+    model_dir: str | Path,
+    split,
+    args,
+    hypotheses_file: Path,
+    tokenized_references: str | None = None,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+):
+    """A saved model folder on a split: :func:`evaluate_split` with the folder's generation config, or
+    with ``num_beams`` / ``length_penalty`` in its place (the folder is not changed). Returns both BLEUs
+    and the decoding used, and three samples."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from ..loading import load_saved_model
+
+    model = load_saved_model(str(model_dir), AutoModelForSeq2SeqLM).eval()
+    decoding = model.generation_config
+    if num_beams is not None or length_penalty is not None:
+        set_decoding(
+            decoding,
+            decoding.num_beams if num_beams is None else num_beams,
+            decoding.length_penalty if length_penalty is None else length_penalty,
+        )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    scores, samples = evaluate_split(model, tokenizer, split, args, hypotheses_file, tokenized_references)
+    return {**scores, "num_beams": decoding.num_beams, "length_penalty": decoding.length_penalty}, samples
 
 
 def evaluate_split(
@@ -730,4 +764,4 @@ def evaluate_split(
     return scores, samples
 
 
-__all__ = ["train", "build_model_config", "evaluate_split", "prepare_data"]
+__all__ = ["train", "build_model_config", "evaluate_folder", "evaluate_split", "prepare_data"]
