@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> None:
                 )
     by_update.set_xlabel("updates")
     by_minute.set_xlabel("wall-clock minutes of training")
-    by_update.set_ylabel(f"{METRICS[metric]} (validation sample during training)")
+    # Two lines: the long convention name in one line would not fit the figure's height.
+    by_update.set_ylabel(f"{METRICS[metric]}\n(validation sample during training)")
     for axis in (by_update, by_minute):
         axis.grid(alpha=0.3)
         axis.legend()
