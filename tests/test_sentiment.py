@@ -32,6 +32,7 @@ from vanilla_transformer.train.classify import (
     pretrain_mlm,
     pretraining_texts,
     train_classifier,
+    training_and_validation,
 )
 from vanilla_transformer.train.recipes import parse_overrides
 
@@ -112,6 +113,7 @@ def test_pretraining_leaves_out_validation_and_test_texts(tmp_path):
     corpus, held_out = pretraining_texts(args, training.seed)
     _, validation = split_validation(load_labelled(args, args.train_file), 8, training.seed, "text")
     assert sorted(held_out) == sorted(validation["text"])
+    assert sorted(held_out) == sorted(training_and_validation(args, training.seed)[1]["text"])
     assert not set(corpus) & set(held_out)
     assert "test review 3" not in corpus and "unlabelled review" in corpus
     assert len(corpus) == 2 * (40 - 8) + 1
@@ -223,10 +225,13 @@ def test_training_with_windows_validates_per_review_and_saves_the_reading(tmp_pa
     config = json.loads((folder / "config.json").read_text())
     assert (config["classifier_long_text"], config["classifier_max_length"]) == ("windows", 16)
     assert config["classifier_window_stride"] == 10
-    _, validation = split_validation(load_labelled(args, args.train_file), 12, training.seed, "text")
-    held_out = write_jsonl(tmp_path / "validation.jsonl.gz", list(validation))
-    evaluated = evaluate_classifier(folder, args, str(held_out))
+    evaluated = evaluate_classifier(folder, args, split="validation", seed=training.seed)
+    assert evaluated["examples"] == 12
     assert results["validation"]["eval_accuracy"] == pytest.approx(evaluated["accuracy"])
+    assert results["validation"]["eval_f1"] == pytest.approx(evaluated["f1"])
+    assert (folder / "eval_results-validation.json").is_file()
+    with pytest.raises(ValueError, match="not both"):
+        evaluate_classifier(folder, args, args.train_file, split="validation")
     assert evaluated["long_text"] == {
         "strategy": "windows",
         "max_length": 16,

@@ -148,7 +148,8 @@ def cmd_classify(options) -> None:
     else:
         if not options.model:
             raise SystemExit("classify evaluate needs --model")
-        print(json.dumps(evaluate_classifier(options.model, args, options.file or args.test_file), indent=2))
+        metrics = evaluate_classifier(options.model, args, options.file, options.split, training.seed)
+        print(json.dumps(metrics, indent=2))
 
 
 def cmd_export_onnx(options) -> None:
@@ -302,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     classify.add_argument("--model", help="evaluate: the classifier folder")
     classify.add_argument(
         "--file", help="evaluate: a labelled JSON Lines file (default: the recipe's test_file)"
+    )
+    classify.add_argument(
+        "--split",
+        choices=["test", "validation"],
+        default="test",
+        help="evaluate: validation scores the texts the recipe holds out of its training file (what "
+        "training validated on; make choices there) instead of the test file",
     )
     classify.set_defaults(func=cmd_classify)
 

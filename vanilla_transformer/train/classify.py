@@ -257,6 +257,17 @@ def _subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
     return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
 
 
+def training_and_validation(args: ClassificationArguments, seed: int) -> tuple[Dataset, Dataset]:
+    """``(train, validation)``: ``validation_file``, or the ``validation_size`` texts held out of the
+    training file by ``seed``. The one split every stage uses: pre-training leaves these texts out,
+    fine-tuning validates on them and ``classify evaluate --split validation`` scores them (the split is
+    drawn from the file as it is, before any shuffling, so all three agree)."""
+    train = load_labelled(args, args.train_file)
+    if args.validation_file:
+        return train, load_labelled(args, args.validation_file)
+    return split_validation(train, args.validation_size, seed, args.text_column)
+
+
 def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[str], list[str]]:
     """``(corpus, validation)``: the texts pre-training learns from and the held-out ones it may report on.
 
@@ -264,11 +275,7 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     with the same ``validation_size`` and seed), plus ``unlabelled_files``; any text that is also a
     validation or test text is dropped (IMDB's unlabelled file repeats 266 test reviews word for word),
     so fine-tuning's choices and the final score stay on text pre-training never saw."""
-    train = load_labelled(args, args.train_file)
-    if args.validation_file:
-        validation = load_labelled(args, args.validation_file)
-    else:
-        train, validation = split_validation(train, args.validation_size, seed, args.text_column)
+    train, validation = training_and_validation(args, seed)
     texts = list(train[args.text_column])
     for file in args.unlabelled_files:
         texts += list(
@@ -413,11 +420,8 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
     precision = precision_record(args, training)
     print(f"Precision: {describe_precision(precision)}.")
     set_seed(training.seed)  # the model's initial weights too (the Trainer seeds only once it is built)
-    train = _subset(load_labelled(args, args.train_file), args.max_train_examples, training.seed)
-    if args.validation_file:
-        validation = load_labelled(args, args.validation_file)
-    else:
-        train, validation = split_validation(train, args.validation_size, training.seed, args.text_column)
+    train, validation = training_and_validation(args, training.seed)
+    train = _subset(train, args.max_train_examples, training.seed)
     id2label, label2id = label_maps(
         args, list(train[args.label_column]) + list(validation[args.label_column])
     )
@@ -512,15 +516,40 @@ def _data_name(args: ClassificationArguments) -> tuple[str, str]:
     return args.dataset, args.dataset
 
 
-def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, file: str) -> dict:
-    """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file.
+def evaluate_classifier(
+    model_dir: str | Path,
+    args: ClassificationArguments,
+    file: str | None = None,
+    split: str = "test",
+    seed: int = 0,
+) -> dict:
+    """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file: ``file``, else the
+    recipe's ``test_file``; with ``split="validation"`` the texts ``training_and_validation`` holds out
+    for ``seed`` (what training validated on: choices such as the long-text reading are made there).
 
     Texts are read as the model's config says (``classifier_long_text`` and its lengths), with the
     functions the model's text-classification pipeline calls, so the pipeline predicts what is scored
-    here; ``eval_long_text`` reads them another way (written to ``eval_results-<reading>.json``)."""
+    here; ``eval_long_text`` reads them another way (written to ``eval_results-<reading>.json``, and
+    validation scores to ``eval_results-validation*.json``)."""
+    if split not in ("test", "validation"):
+        raise ValueError(f"`split` must be 'test' or 'validation', got {split!r}.")
+    if split == "validation":
+        if file is not None:
+            raise ValueError("Pass a labelled `file` or `split='validation'`, not both.")
+        file = (
+            args.validation_file or f"{args.train_file}: validation_size {args.validation_size}, seed {seed}"
+        )
+        title = f"validation ({Path(args.validation_file or args.train_file).name})"
+        data = training_and_validation(args, seed)[1]
+    else:
+        file = file or args.test_file
+        if not file:
+            raise ValueError("Nothing to evaluate on: give a labelled file or set the recipe's `test_file`.")
+        title = Path(file).name
+        data = load_labelled(args, file)
     model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    data = _subset(load_labelled(args, file), args.max_eval_examples, 0)
+    data = _subset(data, args.max_eval_examples, 0)
     num_labels = model.config.num_labels
     bad = [label for label in set(data[args.label_column]) if not 0 <= label < num_labels]
     if bad:
@@ -530,14 +559,20 @@ def evaluate_classifier(model_dir: str | Path, args: ClassificationArguments, fi
     labels = np.asarray(data[args.label_column])
     metrics = classification_metrics(logits.argmax(-1).numpy(), labels, num_labels)
     names = [model.config.id2label[i] for i in range(num_labels)]
-    suffix = f"-{args.eval_long_text}" if args.eval_long_text else ""
+    suffix = "-validation" if split == "validation" else ""
+    suffix += f"-{args.eval_long_text}" if args.eval_long_text else ""
     image = plot_confusion_matrix(
         metrics["confusion_matrix"],
         names,
         Path(model_dir) / f"confusion_matrix{suffix}.png",
-        f"{Path(file).name}: accuracy {metrics['accuracy']:.2%}",
+        f"{title}: accuracy {metrics['accuracy']:.2%}",
     )
-    metrics |= {"examples": len(data), "long_text": asdict(reading), "confusion_matrix_png": str(image)}
+    metrics |= {
+        "file": str(file),
+        "examples": len(data),
+        "long_text": asdict(reading),
+        "confusion_matrix_png": str(image),
+    }
     write_json(Path(model_dir) / f"eval_results{suffix}.json", metrics)
     return metrics
 
