@@ -271,8 +271,8 @@ def training_and_validation(args: ClassificationArguments, seed: int) -> tuple[D
 def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[str], list[str]]:
     """``(corpus, validation)``: the texts pre-training learns from and the held-out ones it may report on.
 
-    The corpus is the training file without its validation texts (the split ``train_classifier`` holds out
-    with the same ``validation_size`` and seed), plus ``unlabelled_files``; any text that is also a
+    The corpus is the training file without its validation texts (``training_and_validation``, the split
+    fine-tuning validates on with the same ``validation_size`` and seed), plus ``unlabelled_files``; any text that is also a
     validation or test text is dropped (IMDB's unlabelled file repeats 266 test reviews word for word),
     so fine-tuning's choices and the final score stay on text pre-training never saw."""
     train, validation = training_and_validation(args, seed)
@@ -537,7 +537,7 @@ def evaluate_classifier(
         if file is not None:
             raise ValueError("Pass a labelled `file` or `split='validation'`, not both.")
         file = (
-            args.validation_file or f"{args.train_file}: validation_size {args.validation_size}, seed {seed}"
+            args.validation_file or f"{args.train_file} (validation_size {args.validation_size}, seed {seed})"
         )
         title = f"validation ({Path(args.validation_file or args.train_file).name})"
         data = training_and_validation(args, seed)[1]
@@ -568,7 +568,7 @@ def evaluate_classifier(
         f"{title}: accuracy {metrics['accuracy']:.2%}",
     )
     metrics |= {
-        "file": str(file),
+        "data": str(file),  # the labelled file, or which texts of the training file were held out
         "examples": len(data),
         "long_text": asdict(reading),
         "confusion_matrix_png": str(image),
