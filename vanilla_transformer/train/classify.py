@@ -272,9 +272,10 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     """``(corpus, validation)``: the texts pre-training learns from and the held-out ones it may report on.
 
     The corpus is the training file without its validation texts (``training_and_validation``, the split
-    fine-tuning validates on with the same ``validation_size`` and seed), plus ``unlabelled_files``; any text that is also a
-    validation or test text is dropped (IMDB's unlabelled file repeats 266 test reviews word for word),
-    so fine-tuning's choices and the final score stay on text pre-training never saw."""
+    fine-tuning validates on with the same ``validation_size`` and seed), plus ``unlabelled_files``; any
+    text that is also a validation or test text is dropped (IMDB's unlabelled file repeats 266 test
+    reviews word for word), so fine-tuning's choices and the final score stay on text pre-training never
+    saw."""
     train, validation = training_and_validation(args, seed)
     texts = list(train[args.text_column])
     for file in args.unlabelled_files:
