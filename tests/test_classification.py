@@ -213,6 +213,16 @@ def test_max_minutes_stops_training_and_saves_a_checkpoint(tmp_path):
     ]
 
 
+def test_lowercase_run_saves_a_classifier_that_reads_any_casing_alike(tmp_path):
+    args, training = arguments(tmp_path, lowercase=True, max_minutes=0, output_dir=str(tmp_path / "trainer"))
+    train_classifier(args, training)
+    classify = pipeline(
+        "text-classification", model=str(Path(args.run_dir) / "model"), trust_remote_code=True
+    )
+    shouted, quiet = classify(["LOVED Every Minute . GREAT ACTING", "loved every minute . great acting"])
+    assert shouted["label"] == quiet["label"] and shouted["score"] == pytest.approx(quiet["score"], abs=1e-6)
+
+
 def test_padding_does_not_change_a_prediction(tmp_path):
     tokenizer = train_bpe_tokenizer(POSITIVE + NEGATIVE, vocab_size=300, min_frequency=1)
     model = VanillaTransformerForSequenceClassification.from_pretrained(

@@ -102,6 +102,15 @@ def test_tokenizer_round_trip_any_script(tmp_path):
     assert len(loaded("wort " * 100, truncation=True)["input_ids"]) == 32
 
 
+def test_lowercasing_tokenizer_keeps_its_normaliser_when_saved(tmp_path):
+    texts = ["A Great Film, GREAT acting", "a great film, great acting", "Über alles"] * 3
+    train_bpe_tokenizer(texts, vocab_size=300, min_frequency=1, lowercase=True).save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded("GREAT Film ÜBER")["input_ids"] == loaded("great film über")["input_ids"]
+    cased = train_bpe_tokenizer(texts, vocab_size=300, min_frequency=1)
+    assert cased("GREAT")["input_ids"] != cased("great")["input_ids"]
+
+
 def test_tokenizer_refuses_empty_text():
     with pytest.raises(ValueError, match="every training sentence was empty"):
         train_bpe_tokenizer(["", "   "], vocab_size=300)

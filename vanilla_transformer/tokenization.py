@@ -4,7 +4,8 @@ The tokenizer works on any Unicode script: text is NFC-normalised (canonical com
 Hangul compatibility jamo such as "ㅋㅋ", full-width letters or "①" stay as typed; NFKC would rewrite
 them), split into words and punctuation, and each word's UTF-8 bytes are merged by byte-pair encoding
 (Sennrich et al., 2016; byte-level as in GPT-2), so no character is ever unknown and decoding gives the
-(NFC) text back exactly. Nothing is lower-cased or stripped of accents. Special tokens are fixed at
+(NFC) text back exactly. Nothing is stripped of accents, and nothing is lower-cased unless asked
+(``lowercase``: a classifier's choice, where "Great" and "great" should share one embedding). Special tokens are fixed at
 the ids the config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3; every encoded sequence
 ends in ``</s>``. The result loads offline with ``AutoTokenizer.from_pretrained(folder)``.
 """
@@ -27,6 +28,7 @@ def train_bpe_tokenizer(
     min_frequency: int = 2,
     extra_special_tokens: tuple[str, ...] = (),
     show_progress: bool = False,
+    lowercase: bool = False,
 ) -> PreTrainedTokenizerFast:
     """Learn a BPE vocabulary of at most ``vocab_size`` tokens from ``texts``.
 
@@ -40,6 +42,8 @@ def train_bpe_tokenizer(
         min_frequency: merges seen fewer times than this are not learned.
         extra_special_tokens: more special tokens after the four fixed ones (e.g. ``"<mask>"``).
         show_progress: show the tokenizers library's progress bar.
+        lowercase: lower-case every text before it is split (saved in the tokenizer's normaliser, so the
+            loaded tokenizer and pipelines do it too; decoding then gives the lower-cased text).
 
     Returns:
         A ``PreTrainedTokenizerFast`` with pad / bos / eos / unk set and a ``</s>`` post-processor.
@@ -51,7 +55,9 @@ def train_bpe_tokenizer(
         )
     specials = list(SPECIAL_TOKENS.values()) + list(extra_special_tokens)
     bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    bpe.normalizer = normalizers.NFC()
+    bpe.normalizer = (
+        normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()]) if lowercase else normalizers.NFC()
+    )
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(

@@ -83,6 +83,14 @@ class ClassificationArguments:
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
     vocab_size: int = 16000
+    lowercase: bool = field(
+        default=False,
+        metadata={
+            "help": "Train the tokenizer to lower-case every text (kept in the saved tokenizer, so evaluation "
+            "and the pipeline do it too). A tokenizer that already exists (pretrained_model, a resumed "
+            "run) keeps its own normalisation."
+        },
+    )
     max_length: int = field(
         default=512, metadata={"help": "Tokens the classifier reads at once, </s> included."}
     )

@@ -208,6 +208,7 @@ def classification_tokenizer(args: ClassificationArguments, texts: list[str]):
         vocab_size=args.vocab_size,
         model_max_length=args.max_length,
         extra_special_tokens=(MASK_TOKEN,),
+        lowercase=args.lowercase,
     )
 
 

@@ -43,6 +43,7 @@ def load_or_train_tokenizer(
     vocab_size: int,
     model_max_length: int,
     extra_special_tokens: tuple[str, ...] = (),
+    lowercase: bool = False,
 ):
     """The tokenizer of the first folder in ``saved`` that holds one (a resumed run, a pre-trained
     model), else a BPE tokenizer trained on ``texts`` (read only then) and saved to ``save_to``."""
@@ -54,6 +55,7 @@ def load_or_train_tokenizer(
         vocab_size=vocab_size,
         model_max_length=model_max_length,
         extra_special_tokens=extra_special_tokens,
+        lowercase=lowercase,
     )
     tokenizer.save_pretrained(save_to)
     return tokenizer
