@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import pipeline
+from transformers import AutoTokenizer, pipeline
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as transformers_logging
 
@@ -374,7 +374,7 @@ CLASSIFY_WITHOUT_THE_PACKAGE = """
 import sys
 sys.modules["vanilla_transformer"] = None  # the package must not be importable here
 import json
-from transformers import pipeline
+from transformers import AutoTokenizer, pipeline
 classify = pipeline("text-classification", model=sys.argv[1], trust_remote_code=True)
 assert type(classify).__module__.startswith("transformers_modules"), type(classify).__module__
 print(json.dumps(classify(json.loads(sys.argv[2]), top_k=None)))
@@ -662,3 +662,17 @@ def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
         ["--run", f"mlm={tmp_path / 'mlm'}", "--run", f"electra={args.run_dir}", "--output", str(output)]
     )
     assert output.stat().st_size > 10_000
+    # The reference line: the entropy of the token frequencies, special tokens left out.
+    tokenizer = AutoTokenizer.from_pretrained(Path(args.run_dir) / "tokenizer")
+    texts = ["good good good film", "bad film"]
+    ids = [token for row in tokenizer(texts, add_special_tokens=False)["input_ids"] for token in row]
+    counts = np.unique(ids, return_counts=True)[1] / len(ids)
+    assert plots.unigram_entropy(tokenizer, texts + [""]) == pytest.approx(-(counts * np.log(counts)).sum())
+    reviews = tmp_path / "reviews.jsonl"
+    reviews.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    with_line = tmp_path / "with_line.png"
+    plots.main(
+        ["--run", f"mlm={tmp_path / 'mlm'}", "--output", str(with_line)]
+        + ["--unigram-tokenizer", str(Path(args.run_dir) / "tokenizer"), "--unigram-texts", str(reviews)]
+    )
+    assert with_line.stat().st_size > 10_000

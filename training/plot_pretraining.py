@@ -7,15 +7,23 @@ logged step of every invocation, with the minutes trained so far) and draws two 
 * ELECTRA's discriminator loss, beside the loss of always answering the rate of replaced tokens (the
   binary entropy of that rate): below that line the discriminator tells replaced tokens apart.
 
+With ``--unigram-tokenizer`` and ``--unigram-texts`` the masked-LM panel also shows the unigram entropy of
+that tokenizer on those texts: the loss of a model that predicts every masked token from token frequencies
+alone. Below that line a masked-LM uses context.
+
     python training/plot_pretraining.py --run mlm=runs/imdb-mlm-packed --run electra=runs/imdb-electra \
-        --output docs/imdb_pretraining.png
+        --output docs/imdb_pretraining.png --unigram-tokenizer runs/imdb-electra/tokenizer \
+        --unigram-texts ../shared/data/imdb/unsupervised.jsonl.gz
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
+from collections import Counter
+from itertools import islice
 from pathlib import Path
 
 LOG_NAME = "pretraining_log.json"
@@ -41,8 +49,24 @@ def _entropy(p: float) -> float:
     return 0.0 if p <= 0 or p >= 1 else -(p * math.log(p) + (1 - p) * math.log(1 - p))
 
 
-def plot_pretraining(runs: dict[str, Path], output: Path, title: str = "") -> Path:
-    """One PNG comparing the runs (``{label: run folder or log file}``); returns its path."""
+def unigram_entropy(tokenizer, texts) -> float:
+    """The entropy (nats) of the token frequencies of ``texts`` under ``tokenizer``, special tokens left
+    out (they are never masked): the masked-LM loss of predicting from frequencies alone."""
+    counts = Counter()
+    special = set(tokenizer.all_special_ids)
+    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        counts.update(token for token in ids if token not in special)
+    total = sum(counts.values())
+    if not total:
+        raise ValueError("No tokens to count: the unigram entropy needs at least one non-empty text.")
+    return -sum(n / total * math.log(n / total) for n in counts.values())
+
+
+def plot_pretraining(
+    runs: dict[str, Path], output: Path, title: str = "", unigram: float | None = None
+) -> Path:
+    """One PNG comparing the runs (``{label: run folder or log file}``), with the ``unigram`` entropy as
+    a reference line on the masked-LM panel when given; returns its path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,8 +88,12 @@ def plot_pretraining(runs: dict[str, Path], output: Path, title: str = "") -> Pa
                 color=line.get_color(),
                 label=f"{name}: always the replaced rate",
             )
+    if unigram is not None:
+        mlm_axis.axhline(
+            unigram, color="grey", linestyle="--", label=f"unigram entropy {unigram:.2f} (no context)"
+        )
     mlm_axis.set_title("masked-LM loss (cross-entropy at masked tokens)")
-    disc_axis.set_title("ELECTRA discriminator loss (binary cross-entropy, every token)")
+    disc_axis.set_title("ELECTRA discriminator loss (binary, every token)")
     for axis in (mlm_axis, disc_axis):
         axis.set_xlabel("wall-clock minutes of pre-training")
         axis.grid(alpha=0.3)
@@ -88,9 +116,32 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--output", required=True, help="The PNG to write.")
     parser.add_argument("--title", default="")
+    parser.add_argument(
+        "--unigram-tokenizer", help="A tokenizer folder (a run's tokenizer/) for the unigram line."
+    )
+    parser.add_argument("--unigram-texts", help="A JSON Lines file (.gz too) whose `text` it counts on.")
+    parser.add_argument("--unigram-max-texts", type=int, default=3000, help="The first N texts of that file.")
     options = parser.parse_args(argv)
+    if (options.unigram_tokenizer is None) != (options.unigram_texts is None):
+        parser.error("--unigram-tokenizer and --unigram-texts go together.")
     runs = dict(item.split("=", 1) if "=" in item else (Path(item).name, item) for item in options.run)
-    print(f"Wrote {plot_pretraining(runs, Path(options.output), options.title)}")
+    unigram = None
+    if options.unigram_tokenizer:
+        from transformers import AutoTokenizer
+
+        texts = _texts(Path(options.unigram_texts), options.unigram_max_texts)
+        unigram = unigram_entropy(AutoTokenizer.from_pretrained(options.unigram_tokenizer), texts)
+        print(f"Unigram entropy on {len(texts):,} texts: {unigram:.3f} nats")
+    print(f"Wrote {plot_pretraining(runs, Path(options.output), options.title, unigram)}")
+
+
+def _texts(path: Path, limit: int) -> list[str]:
+    """The first ``limit`` texts of a JSON Lines file, cleaned as pre-training cleans them."""
+    from vanilla_transformer.classification_pipeline import clean_text
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [clean_text(json.loads(line)["text"]) for line in islice(handle, limit)]
 
 
 if __name__ == "__main__":
