@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import torch
 import transformers
 from conftest import run_without_the_package, tiny_config
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard, RepoUrl
+from packaging.requirements import Requirement
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -181,16 +183,22 @@ def torch_install() -> list[str]:
     return [*source, f"torch=={torch.__version__}"]
 
 
-def fresh_virtualenv() -> Path:
-    """A real virtualenv with this machine's torch build and transformers and nothing else; built once and
-    cached (about a minute), at $VT_FRESH_VENV or under ~/.cache/vanilla-transformer."""
-    default = (
-        Path.home()
-        / ".cache"
-        / "vanilla-transformer"
-        / f"venv-torch{torch.__version__}-tf{transformers.__version__}"
-    )
-    venv = Path(os.environ.get("VT_FRESH_VENV", default))
+def oldest_supported_transformers() -> str:
+    """The lowest transformers release pyproject.toml declares (``transformers>=X``): a user may have it."""
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    for dependency in pyproject["project"]["dependencies"]:
+        requirement = Requirement(dependency)
+        if requirement.name == "transformers":
+            (lowest,) = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+            return lowest
+    raise AssertionError("pyproject.toml declares no transformers dependency")
+
+
+def fresh_virtualenv(transformers_version: str = transformers.__version__) -> Path:
+    """A real virtualenv with this machine's torch build and ``transformers_version`` and nothing else;
+    built once and cached (about a minute), under $VT_FRESH_VENV_DIR or ~/.cache/vanilla-transformer."""
+    cache = Path(os.environ.get("VT_FRESH_VENV_DIR", Path.home() / ".cache" / "vanilla-transformer"))
+    venv = cache / f"venv-torch{torch.__version__}-tf{transformers_version}"
     python = venv / "bin" / "python"
     if python.is_file():
         return python
@@ -205,7 +213,7 @@ def fresh_virtualenv() -> Path:
             "--quiet",
             "--disable-pip-version-check",
             *torch_install(),
-            f"transformers=={transformers.__version__}",
+            f"transformers=={transformers_version}",
         ],
         check=True,
         timeout=900,
@@ -232,10 +240,19 @@ print(json.dumps({"torch": torch.__version__, "translations": [item["translation
 """
 
 
-def test_pushed_folder_loads_in_a_fresh_virtualenv_without_the_package(hub, trained_folder, tmp_path):
+@pytest.mark.parametrize(
+    "transformers_version",
+    [transformers.__version__, oldest_supported_transformers()],
+    ids=["installed-transformers", "oldest-declared-transformers"],
+)
+def test_pushed_folder_loads_in_a_fresh_virtualenv_without_the_package(
+    hub, trained_folder, tmp_path, transformers_version
+):
+    """The code that travels with the weights (model, configuration, translation pipeline) runs on any
+    transformers the package declares, the oldest too: a user who downloads the folder brings their own."""
     main(["push", "--model", str(trained_folder), "--repo-id", "someone/tiny-en-ko"])
     pushed = hub.folder("someone/tiny-en-ko")
-    python = fresh_virtualenv()
+    python = fresh_virtualenv(transformers_version)
     result = run_without_the_package(
         LOAD_IN_FRESH_VENV, str(pushed), json.dumps(SENTENCES), folder=tmp_path, python=python
     )

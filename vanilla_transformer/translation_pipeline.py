@@ -94,11 +94,27 @@ class TranslationPipeline(Pipeline):
         batch = model_inputs["input_ids"].shape[0]
         if model_inputs.pop("empty", False):
             return {"output_ids": torch.empty((batch, 1, 0), dtype=torch.long)}
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        generate_kwargs = self._call_generate_kwargs(generate_kwargs)
         with torch.no_grad():
             output_ids = self.model.generate(**model_inputs, **generate_kwargs)
         # (inputs, sequences per input, length): the pipeline splits batches along the first axis.
         return {"output_ids": output_ids.reshape(batch, output_ids.shape[0] // batch, -1)}
+
+    def _call_generate_kwargs(self, generate_kwargs: dict) -> dict:
+        """The ``generate()`` arguments of one call: this call's, over those given when the pipeline was
+        built, over the model's generation config (a ``generation_config`` passed to the call replaces
+        the pipeline's).
+
+        transformers 5.20 and later merge these in ``Pipeline._prepare_generate_kwargs``; earlier 5.x
+        releases fold the build-time arguments into ``self.generation_config`` and leave the merge to
+        each pipeline's ``_forward``. This file travels with the weights, so it works with both.
+        """
+        prepare = getattr(super(), "_prepare_generate_kwargs", None)
+        if prepare is not None:
+            return prepare(generate_kwargs)
+        if "generation_config" in generate_kwargs:
+            return generate_kwargs
+        return {**generate_kwargs, "generation_config": self.generation_config}
 
     def postprocess(self, model_outputs, clean_up_tokenization_spaces: bool = False):
         return [
