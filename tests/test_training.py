@@ -403,7 +403,9 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, pr
     overrides += [f"--set=model.{key}={value}" for key, value in model.items()]
     # In bf16 each process computes exactly the micro-batch one process accumulates: same bf16 products.
     overrides += [f"--set=mixed_precision={precision}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # Both runs on the CPU (gloo), also where a GPU is visible: on a one-GPU machine the second
+    # process would ask for a cuda:1 that is not there, and fp32 CPU sums keep the 1e-5 tolerance.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     command = [sys.executable, "-m", "vanilla_transformer.cli", "train", *overrides]
     one = subprocess.run(
         [*command, f"--set=output_dir={tmp_path / 'one'}", "--set=gradient_accumulation_steps=2"],
