@@ -374,7 +374,7 @@ CLASSIFY_WITHOUT_THE_PACKAGE = """
 import sys
 sys.modules["vanilla_transformer"] = None  # the package must not be importable here
 import json
-from transformers import AutoTokenizer, pipeline
+from transformers import pipeline
 classify = pipeline("text-classification", model=sys.argv[1], trust_remote_code=True)
 assert type(classify).__module__.startswith("transformers_modules"), type(classify).__module__
 print(json.dumps(classify(json.loads(sys.argv[2]), top_k=None)))

@@ -5,9 +5,10 @@ Hangul compatibility jamo such as "ㅋㅋ", full-width letters or "①" stay as 
 them), split into words and punctuation, and each word's UTF-8 bytes are merged by byte-pair encoding
 (Sennrich et al., 2016; byte-level as in GPT-2), so no character is ever unknown and decoding gives the
 (NFC) text back exactly. Nothing is stripped of accents, and nothing is lower-cased unless asked
-(``lowercase``: a classifier's choice, where "Great" and "great" should share one embedding). Special tokens are fixed at
-the ids the config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3; every encoded sequence
-ends in ``</s>``. The result loads offline with ``AutoTokenizer.from_pretrained(folder)``.
+(``lowercase``: a classifier's choice, where "Great" and "great" should share one embedding).
+Special tokens are fixed at the ids the config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3;
+every encoded sequence ends in ``</s>``. The result loads offline with
+``AutoTokenizer.from_pretrained(folder)``.
 """
 
 from __future__ import annotations
