@@ -19,11 +19,9 @@ alone. Below that line a masked-LM uses context.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 from collections import Counter
-from itertools import islice
 from pathlib import Path
 
 LOG_NAME = "pretraining_log.json"
@@ -136,12 +134,16 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _texts(path: Path, limit: int) -> list[str]:
-    """The first ``limit`` texts of a JSON Lines file, cleaned as pre-training cleans them."""
+    """The first ``limit`` texts of a JSON Lines file (.gz too), cleaned as pre-training cleans them;
+    streamed, so a large file is neither read whole nor cached."""
+    from datasets import load_dataset
+
     from vanilla_transformer.classification_pipeline import clean_text
 
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return [clean_text(json.loads(line)["text"]) for line in islice(handle, limit)]
+    if not path.is_file():
+        raise FileNotFoundError(f"--unigram-texts: no such file {path}")
+    rows = load_dataset("json", data_files=str(path), split="train", streaming=True).take(limit)
+    return [clean_text(row["text"]) for row in rows]
 
 
 if __name__ == "__main__":
