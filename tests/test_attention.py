@@ -9,7 +9,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 
 from vanilla_transformer import VanillaTransformerForCausalLM
-from vanilla_transformer.modeling_vanilla_transformer import eager_attention_forward
+from vanilla_transformer.modeling_vanilla_transformer import _MASK_CACHE_ARGUMENT, eager_attention_forward
 
 # ../shared/seeds/000_*.txt, "Attention(Q, K, V) = Softmax(QK^T)V (cont'd)".
 Q = torch.tensor([[2.0, 0, 2], [1, 0, 1], [1, 0, 2]])
@@ -67,7 +67,7 @@ def test_sdpa_matches_eager_reference(causal):
     for implementation in ("eager", "sdpa"):
         config._attn_implementation = implementation
         build = create_causal_mask if causal else create_bidirectional_mask
-        kwargs = {"past_key_values": None} if causal else {}
+        kwargs = {_MASK_CACHE_ARGUMENT: None} if causal else {}
         masks[implementation] = build(config=config, inputs_embeds=embeds, attention_mask=padding, **kwargs)
     module = _Module().eval()
     module.is_causal = causal

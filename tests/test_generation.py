@@ -1,10 +1,16 @@
-"""generate(): KV cache equals no cache for greedy, beam and sampling; §6.1 defaults."""
+"""generate(): KV cache equals no cache for greedy, beam and sampling; §6.1 defaults; the cache under
+either of its names (``cache`` from transformers 5.24, ``past_key_values`` before), with no warnings."""
+
+import logging
+import warnings
 
 import pytest
 import torch
+import transformers
 from conftest import EOS, PAD, decoder_only_config, random_ids, tiny_config
 
 from vanilla_transformer import VanillaTransformerForCausalLM, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.modeling_vanilla_transformer import CACHE_FIELD
 
 MODES = {
     "greedy": dict(num_beams=1, do_sample=False),
@@ -35,6 +41,63 @@ def test_causal_lm_cache_equals_no_cache(mode):
     assert torch.equal(_generate(model, inputs, True, mode), _generate(model, inputs, False, mode))
 
 
+@pytest.mark.parametrize("mode", ["greedy", "beam"])
+@pytest.mark.parametrize("shape", ["seq2seq", "causal"])
+def test_cached_generation_prints_no_warning(mode, shape):
+    """A user's output stays clean on the installed transformers: no deprecation of the cache's old name
+    (from generate(), the mask builders or the output classes), no FutureWarning."""
+    if shape == "seq2seq":
+        model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+        source = random_ids(2, 6)
+        inputs = {"input_ids": source, "attention_mask": torch.ones_like(source)}
+    else:
+        model = VanillaTransformerForCausalLM(decoder_only_config()).eval()
+        prompt = random_ids(2, 4)
+        inputs = {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(level=logging.WARNING)
+    handler.emit = records.append
+    library_logger = transformers.utils.logging.get_logger("transformers")
+    library_logger.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _generate(model, inputs, True, mode)
+    finally:
+        library_logger.removeHandler(handler)
+    assert [str(w.message) for w in caught] == []
+    assert [r.getMessage() for r in records] == []
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_forward_takes_the_cache_under_either_name(name):
+    """Code written for transformers before 5.24 passes ``past_key_values=``; newer passes ``cache=``:
+    both continue the same cache, and the output carries it under the installed version's field."""
+    model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
+    source, target = random_ids(2, 5), random_ids(2, 4, seed=4)
+    full = model(input_ids=source, decoder_input_ids=target).logits
+    prefix = model(input_ids=source, decoder_input_ids=target[:, :3], use_cache=True)
+    cache = getattr(prefix, CACHE_FIELD)
+    assert cache.get_seq_length() == 3
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step = model(input_ids=source, decoder_input_ids=target[:, 3:], use_cache=True, **{name: cache})
+    # The old name warns only where the installed transformers has renamed it, as its own models do.
+    deprecated = name != CACHE_FIELD
+    assert any(f"`{name}` is deprecated" in str(w.message) for w in caught) == deprecated
+    torch.testing.assert_close(step.logits[:, -1], full[:, -1], atol=1e-5, rtol=1e-5)
+    assert getattr(step, CACHE_FIELD).get_seq_length() == 4
+
+
+def test_forward_refuses_two_different_caches():
+    model = VanillaTransformerForCausalLM(decoder_only_config()).eval()
+    prompt = random_ids(1, 3)
+    first = getattr(model(input_ids=prompt, use_cache=True), CACHE_FIELD)
+    second = getattr(model(input_ids=prompt, use_cache=True), CACHE_FIELD)
+    with pytest.raises(ValueError, match="`cache` .*`past_key_values`"):
+        model(input_ids=prompt[:, -1:], cache=first, past_key_values=second)
+
+
 def test_step_by_step_decoding_with_cache_equals_full_forward():
     model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
     source, target = random_ids(2, 5), random_ids(2, 6, seed=4)
@@ -45,10 +108,10 @@ def test_step_by_step_decoding_with_cache_equals_full_forward():
         out = model(
             encoder_outputs=encoder_outputs,
             decoder_input_ids=target[:, t : t + 1],
-            past_key_values=past,
+            cache=past,
             use_cache=True,
         )
-        past = out.past_key_values
+        past = getattr(out, CACHE_FIELD)
         steps.append(out.logits)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
     # Encoder-decoder keys/values were projected once and kept: S positions, not T.

@@ -15,6 +15,7 @@ import transformers
 from conftest import run_without_the_package, tiny_config
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard, RepoUrl
 from packaging.requirements import Requirement
+from packaging.version import Version
 from transformers import AutoModelForSeq2SeqLM, pipeline
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -87,9 +88,16 @@ def trained_folder(tokenizer, tmp_path):
     return folder
 
 
-def _translations(folder) -> list[str]:
+DECODINGS = {"greedy": dict(num_beams=1, max_new_tokens=8), "beam": dict(num_beams=3, max_new_tokens=8)}
+
+
+def _translations(folder, **decoding) -> dict[str, list[str]]:
+    """{decoding: translations of SENTENCES}, greedy and beam, with the key/value cache unless told."""
     translate = pipeline("translation", model=str(folder), trust_remote_code=True)
-    return [item["translation_text"] for item in translate(SENTENCES, num_beams=1, max_new_tokens=8)]
+    return {
+        name: [item["translation_text"] for item in translate(SENTENCES, **settings, **decoding)]
+        for name, settings in DECODINGS.items()
+    }
 
 
 def test_push_command_uploads_everything_in_one_commit(hub, trained_folder):
@@ -234,9 +242,13 @@ from transformers import AutoModelForSeq2SeqLM, pipeline
 model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)
 assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
 translate = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
-outputs = translate(json.loads(sys.argv[2]), num_beams=1, max_new_tokens=8)
-import torch
-print(json.dumps({"torch": torch.__version__, "translations": [item["translation_text"] for item in outputs]}))
+sentences, decodings = json.loads(sys.argv[2]), json.loads(sys.argv[3])
+translations = {
+    name: [item["translation_text"] for item in translate(sentences, **settings)]
+    for name, settings in decodings.items()
+}
+import torch, transformers
+print(json.dumps({"torch": torch.__version__, "transformers": transformers.__version__, "translations": translations}))
 """
 
 
@@ -249,12 +261,23 @@ def test_pushed_folder_loads_in_a_fresh_virtualenv_without_the_package(
     hub, trained_folder, tmp_path, transformers_version
 ):
     """The code that travels with the weights (model, configuration, translation pipeline) runs on any
-    transformers the package declares, the oldest too: a user who downloads the folder brings their own."""
+    transformers the package declares, the oldest too: a user who downloads the folder brings their own.
+    Its cached greedy and beam decoding there equals this process's decoding without the cache (a
+    renamed cache argument, as in transformers 5.24, would leave each step blind to the ones before)."""
     main(["push", "--model", str(trained_folder), "--repo-id", "someone/tiny-en-ko"])
     pushed = hub.folder("someone/tiny-en-ko")
     python = fresh_virtualenv(transformers_version)
     result = run_without_the_package(
-        LOAD_IN_FRESH_VENV, str(pushed), json.dumps(SENTENCES), folder=tmp_path, python=python
+        LOAD_IN_FRESH_VENV,
+        str(pushed),
+        json.dumps(SENTENCES),
+        json.dumps(DECODINGS),
+        folder=tmp_path,
+        python=python,
     )
     printed = json.loads(result.stdout.strip().splitlines()[-1])
-    assert printed == {"torch": torch.__version__, "translations": _translations(trained_folder)}
+    assert Version(printed.pop("transformers")) == Version(transformers_version)
+    assert printed == {
+        "torch": torch.__version__,
+        "translations": _translations(trained_folder, use_cache=False),
+    }

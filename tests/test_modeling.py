@@ -13,6 +13,7 @@ from vanilla_transformer import (
     VanillaTransformerForSequenceClassification,
     VanillaTransformerModel,
 )
+from vanilla_transformer.modeling_vanilla_transformer import CACHE_FIELD
 
 VOCAB_PLUS = VOCAB + 8  # the tiny vocabulary and 8 added tokens
 
@@ -111,7 +112,7 @@ def test_stacks_add_the_positional_encoding_to_the_scaled_embeddings(norm_positi
         step = model(
             encoder_outputs=(prefix.encoder_last_hidden_state,),
             decoder_input_ids=target[:, 4:],
-            past_key_values=prefix.past_key_values,
+            cache=getattr(prefix, CACHE_FIELD),
             output_hidden_states=True,
         )
         expected = F.embedding(target[:, 4:], weight) * scale + sinusoidal_position_encoding(
@@ -382,8 +383,13 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradients(make):
 
     loss, gradients = loss_and_gradients()
     assert len(calls) == 1
-    model.gradient_checkpointing_enable()
-    assert model.is_gradient_checkpointing
+    # transformers 5.24 renamed gradient checkpointing to activation checkpointing (the old names warn).
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable()
+        assert model.is_activation_checkpointing
+    else:
+        model.gradient_checkpointing_enable()
+        assert model.is_gradient_checkpointing
     checkpointed_loss, checkpointed = loss_and_gradients()
     assert len(calls) == 2  # the layer ran again during backward instead of keeping its activations
     torch.testing.assert_close(checkpointed_loss, loss)

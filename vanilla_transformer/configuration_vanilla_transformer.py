@@ -117,7 +117,8 @@ class VanillaTransformerConfig(PretrainedConfig):
     """
 
     model_type = "vanilla_transformer"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # Trainer drops the key/value cache from evaluation outputs under either name (`cache` from 5.24).
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",

@@ -24,9 +24,11 @@ transformers API and its siblings (the configuration and the translation and cla
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import math
 import os
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -55,6 +57,32 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .translation_pipeline import custom_pipelines_entry
 
 logger = logging.get_logger(__name__)
+
+# transformers 5.24 renamed the key/value cache from `past_key_values` to `cache`: the argument that
+# `generate()` passes to `forward`, the argument of the mask builders and the field of the output
+# classes. The forwards below take either name, and outputs and masks use the installed version's,
+# so this one file (also copied next to saved checkpoints) decodes the same on 5.17 and the newest 5.x.
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+_MASK_CACHE_ARGUMENT = (
+    "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+)
+
+
+def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
+    """The cache a caller passed, under the new name (``cache``) or the old one (``past_key_values``).
+
+    Where the installed transformers has renamed it, the old name warns as transformers' own models do."""
+    if past_key_values is None:
+        return cache
+    if cache is not None and cache is not past_key_values:
+        raise ValueError("Pass the key/value cache once, as `cache` (or `past_key_values`), not as both.")
+    if CACHE_FIELD == "cache":
+        warnings.warn(
+            "`past_key_values` is deprecated in this transformers version: pass the key/value cache as `cache`.",
+            FutureWarning,
+            stacklevel=3,
+        )
+    return past_key_values
 
 
 # ------------------------------------------------------------------------------------------------
@@ -243,33 +271,31 @@ class VanillaTransformerAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden_states: (B, T, D) queries; key_value_states: (B, S, D) encoder output for
         cross-attention, else None. Returns (B, T, D) and the (B, H, T, S) probabilities or None."""
         query = self._split_heads(self.q_proj(hidden_states), self.d_k)  # (B, H, T, Dk)
 
-        cache = past_key_values
-        if isinstance(past_key_values, EncoderDecoderCache):
-            cache = (
-                past_key_values.cross_attention_cache
-                if self.is_cross_attention
-                else past_key_values.self_attention_cache
+        layer_cache = cache
+        if isinstance(cache, EncoderDecoderCache):
+            layer_cache = (
+                cache.cross_attention_cache if self.is_cross_attention else cache.self_attention_cache
             )
 
-        if self.is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
+        if self.is_cross_attention and layer_cache is not None and cache.is_updated.get(self.layer_idx):
             # Encoder keys/values were projected at the first decoding step; reuse them.
-            key = cache.layers[self.layer_idx].keys  # (B, H, S, Dk)
-            value = cache.layers[self.layer_idx].values  # (B, H, S, Dv)
+            key = layer_cache.layers[self.layer_idx].keys  # (B, H, S, Dk)
+            value = layer_cache.layers[self.layer_idx].values  # (B, H, S, Dv)
         else:
             # Self-attention: keys and values from the same states; cross-attention: from the encoder output.
             source = key_value_states if self.is_cross_attention else hidden_states
             key = self._split_heads(self.k_proj(source), self.d_k)  # (B, H, S, Dk)
             value = self._split_heads(self.v_proj(source), self.d_v)  # (B, H, S, Dv)
-            if cache is not None:
-                key, value = cache.update(key, value, self.layer_idx)  # self-attn: (B, H, P+T, d)
+            if layer_cache is not None:
+                key, value = layer_cache.update(key, value, self.layer_idx)  # self-attn: (B, H, P+T, d)
                 if self.is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cache.is_updated[self.layer_idx] = True
 
         # Eager is the readable reference and the only path that returns the probabilities.
         attention_function: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -384,14 +410,12 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         self.ffn = VanillaTransformerFeedForward(config)
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def _sa_block(self, x, attention_mask, past_key_values):
-        x, probs = self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values)
+    def _sa_block(self, x, attention_mask, cache):
+        x, probs = self.self_attn(x, attention_mask=attention_mask, cache=cache)
         return F.dropout(x, p=self.dropout, training=self.training), probs
 
-    def _mha_block(self, x, memory, memory_mask, past_key_values):
-        x, probs = self.encoder_attn(
-            x, key_value_states=memory, attention_mask=memory_mask, past_key_values=past_key_values
-        )
+    def _mha_block(self, x, memory, memory_mask, cache):
+        x, probs = self.encoder_attn(x, key_value_states=memory, attention_mask=memory_mask, cache=cache)
         return F.dropout(x, p=self.dropout, training=self.training), probs
 
     def _ff_block(self, x):
@@ -403,7 +427,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         use_cache: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """Returns the new (B, T, D) states, the self- and the cross-attention probabilities."""
@@ -411,25 +435,23 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         cross_probs = None
         use_cross = self.encoder_attn is not None and encoder_hidden_states is not None
         if self.pre_norm:
-            attended, self_probs = self._sa_block(
-                self.self_attn_layer_norm(x), attention_mask, past_key_values
-            )
+            attended, self_probs = self._sa_block(self.self_attn_layer_norm(x), attention_mask, cache)
             x = x + attended
             if use_cross:
                 attended, cross_probs = self._mha_block(
                     self.encoder_attn_layer_norm(x),
                     encoder_hidden_states,
                     encoder_attention_mask,
-                    past_key_values,
+                    cache,
                 )
                 x = x + attended
             x = x + self._ff_block(self.final_layer_norm(x))
         else:
-            attended, self_probs = self._sa_block(x, attention_mask, past_key_values)
+            attended, self_probs = self._sa_block(x, attention_mask, cache)
             x = self.self_attn_layer_norm(x + attended)
             if use_cross:
                 attended, cross_probs = self._mha_block(
-                    x, encoder_hidden_states, encoder_attention_mask, past_key_values
+                    x, encoder_hidden_states, encoder_attention_mask, cache
                 )
                 x = self.encoder_attn_layer_norm(x + attended)
             x = self.final_layer_norm(x + self._ff_block(x))
@@ -550,15 +572,18 @@ class VanillaTransformerDecoder(nn.Module):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        past_key_values: Cache | None = None,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """Target ids (B, T) -> final decoder states (B, T, D). Self-attention is causal and cached in
-        ``past_key_values``; cross-attention reads ``encoder_hidden_states`` (B, S, D)."""
+        ``cache`` (``past_key_values`` before transformers 5.24); cross-attention reads
+        ``encoder_hidden_states`` (B, S, D)."""
+        cache = _one_cache(cache, past_key_values)
         _check_tokens_or_embeds(input_ids, inputs_embeds, "decoder_" if self.has_cross_attention else "")
         _check_attention_outputs(self.config, output_attentions)
         if self.has_cross_attention and encoder_hidden_states is None:
@@ -567,17 +592,13 @@ class VanillaTransformerDecoder(nn.Module):
             inputs_embeds = self.embed_tokens(input_ids)  # (B, T, D), already x sqrt(D)
         length = inputs_embeds.shape[1]
 
-        if use_cache and past_key_values is None:
-            past_key_values = (
+        if use_cache and cache is None:
+            cache = (
                 EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
                 if self.has_cross_attention
                 else DynamicCache(config=self.config)
             )
-        self_attention_cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         past_length = self_attention_cache.get_seq_length() if self_attention_cache is not None else 0
 
         if position_ids is None:
@@ -590,7 +611,7 @@ class VanillaTransformerDecoder(nn.Module):
             config=self.config,
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
+            **{_MASK_CACHE_ARGUMENT: self_attention_cache},
         )  # None (SDPA's is_causal serves), or (B, 1, T, P+T)
         memory_mask = None
         if self.has_cross_attention:
@@ -610,7 +631,7 @@ class VanillaTransformerDecoder(nn.Module):
                 causal_mask,
                 encoder_hidden_states,
                 encoder_attention_mask=memory_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 use_cache=use_cache,
             )
             if output_hidden_states:
@@ -625,7 +646,7 @@ class VanillaTransformerDecoder(nn.Module):
                 all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
+            **{CACHE_FIELD: cache if use_cache else None},
             hidden_states=all_hidden_states,
             attentions=all_self_attentions,
             cross_attentions=all_cross_attentions,
@@ -769,17 +790,20 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput | BaseModelOutput | BaseModelOutputWithPastAndCrossAttentions | tuple:
         """Encoder-decoder: source ``input_ids`` (B, S) and target ``decoder_input_ids`` (B, T).
-        Encoder-only or decoder-only: ``input_ids`` (B, T) alone. Masks are 2-D, 1 = attend."""
+        Encoder-only or decoder-only: ``input_ids`` (B, T) alone. Masks are 2-D, 1 = attend.
+        The key/value cache comes as ``cache`` or, as transformers before 5.24 name it, ``past_key_values``."""
+        cache = _one_cache(cache, past_key_values)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -795,7 +819,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             return self.decoder(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 inputs_embeds=inputs_embeds,
                 position_ids=position_ids,
                 use_cache=use_cache,
@@ -818,7 +842,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             position_ids=position_ids,
             use_cache=use_cache,
@@ -827,7 +851,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
         outputs = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_FIELD: getattr(decoder_outputs, CACHE_FIELD)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -998,7 +1022,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -1007,10 +1031,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         output_hidden_states: bool | None = None,
         logits_to_keep: int = 0,
         num_items_in_batch: int | torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
         """``labels`` (B, T): target ids, -100 where ignored; shifted right into ``decoder_input_ids``
-        when those are not given. The loss is label-smoothed with ``config.label_smoothing``."""
+        when those are not given. The loss is label-smoothed with ``config.label_smoothing``.
+        The key/value cache comes as ``cache`` or, as transformers before 5.24 name it, ``past_key_values``."""
+        cache = _one_cache(cache, past_key_values)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -1021,7 +1048,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -1038,7 +1065,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -1099,7 +1126,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
@@ -1108,16 +1135,18 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         logits_to_keep: int = 0,
         num_items_in_batch: int | torch.Tensor | None = None,
         shift_labels: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
         """``labels`` (B, T) are the inputs themselves, shifted inside (as in GPT-2); -100 is ignored.
         ``shift_labels`` (B, T) are targets already aligned with the logits, as sequence-parallel
-        trainers pass them (the shift must happen before the sequence is split); they win over ``labels``."""
+        trainers pass them (the shift must happen before the sequence is split); they win over ``labels``.
+        The key/value cache comes as ``cache`` or, as transformers before 5.24 name it, ``past_key_values``."""
         outputs = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            cache=_one_cache(cache, past_key_values),
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             output_attentions=output_attentions,
@@ -1139,7 +1168,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         output = CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)},
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )

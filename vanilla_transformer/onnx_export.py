@@ -25,6 +25,8 @@ import torch
 from torch import nn
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
+from .modeling_vanilla_transformer import CACHE_FIELD
+
 ENCODER_ONLY_FILE = "model.onnx"
 SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
 OPSET = 18
@@ -70,7 +72,7 @@ def _decode_step(model, tokens, encoder_states, encoder_mask, cache: EncoderDeco
         attention_mask=encoder_mask,
         encoder_outputs=(encoder_states,),
         decoder_input_ids=tokens,
-        past_key_values=cache,
+        cache=cache,
         use_cache=True,
         return_dict=True,
     )
@@ -91,8 +93,8 @@ class _FirstDecoderStep(nn.Module):
         )
         return (
             output.logits[:, -1],
-            *_stack(output.past_key_values.self_attention_cache),
-            *_stack(output.past_key_values.cross_attention_cache),
+            *_stack(getattr(output, CACHE_FIELD).self_attention_cache),
+            *_stack(getattr(output, CACHE_FIELD).cross_attention_cache),
         )
 
 
@@ -115,7 +117,7 @@ class _DecoderStepWithPast(nn.Module):
         # Only the cross-attention reads the encoder output, and it reads it from the cache.
         placeholder = cross_keys.new_zeros(cross_keys.shape[1], cross_keys.shape[3], config.d_model)
         output = _decode_step(self.model, decoder_input_ids, placeholder, encoder_attention_mask, cache)
-        return (output.logits[:, -1], *_stack(output.past_key_values.self_attention_cache))
+        return (output.logits[:, -1], *_stack(getattr(output, CACHE_FIELD).self_attention_cache))
 
 
 def _export(module: nn.Module, inputs: tuple, path: Path, names: list[str], outputs: list[str], shapes: dict):
