@@ -7,12 +7,14 @@ import os
 import shutil
 import socket
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import CORPUS, encoder_only_config, run_without_the_package, tiny_config
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, RepoUrl
+from packaging.requirements import Requirement
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -283,7 +285,20 @@ def test_push_with_demo_uploads_an_app_that_serves_the_model_without_the_package
     shutil.copytree(translation_folder, folder)
     main(["push", "--model", str(folder), "--repo-id", "u/m", "--with-demo"])  # writes the card it lacks
     assert {"app.py", "attention_maps.py", "requirements.txt", "model.safetensors"} <= set(os.listdir(sent))
-    assert "gradio" in (sent / "requirements.txt").read_text()
+    # The Space installs what the package declares (pyproject.toml), gradio from the `demo` extra.
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = pyproject["project"]["dependencies"] + pyproject["project"]["optional-dependencies"]["demo"]
+    declared = {Requirement(line).name: Requirement(line).specifier for line in declared}
+    space = [Requirement(line) for line in (sent / "requirements.txt").read_text().splitlines()]
+    assert [r.name for r in space] == [
+        "torch",
+        "transformers",
+        "tokenizers",
+        "safetensors",
+        "matplotlib",
+        "gradio",
+    ]
+    assert all(r.specifier == declared[r.name] and r.marker is None for r in space)
 
     result = run_without_the_package(APP_SCRIPT, SENTENCES[3], folder=sent)
     assert result.stdout.splitlines()[-2:] == [f"translation: {SENTENCES[3]}", "Blocks"]

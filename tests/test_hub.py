@@ -179,16 +179,17 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 def torch_install() -> list[str]:
-    """pip arguments that install this machine's torch build and no other: the exact version with its local
-    tag (``2.13.0+cpu`` exists only as a CPU wheel, so pip can never substitute a multi-GB CUDA build for
-    it), from the local wheel folder where there is one, else (for a CPU build) PyTorch's CPU index."""
-    if LOCAL_WHEELS.is_dir():
-        source = ["--find-links", str(LOCAL_WHEELS)]
-    elif torch.__version__.endswith("+cpu"):
-        source = ["--extra-index-url", CPU_INDEX]
-    else:
-        source = []
-    return [*source, f"torch=={torch.__version__}"]
+    """pip arguments that install this machine's torch build and no other. A CPU build is pinned with its
+    local tag (``2.13.0+cpu`` exists only as a CPU wheel, so pip can never substitute a multi-GB CUDA build
+    for it), from the local wheel folder where there is one, else from PyTorch's CPU index. Any other build
+    is PyPI's own (``2.6.0+cu124`` is published there as plain ``2.6.0``), as CI's oldest-versions venv has."""
+    version = torch.__version__
+    if not version.endswith("+cpu"):
+        return [f"torch=={version.split('+')[0]}"]
+    source = (
+        ["--find-links", str(LOCAL_WHEELS)] if LOCAL_WHEELS.is_dir() else ["--extra-index-url", CPU_INDEX]
+    )
+    return [*source, f"torch=={version}"]
 
 
 def oldest_supported_transformers() -> str:

@@ -37,8 +37,9 @@ else:  # a Space's app.py: attention_maps.py was uploaded beside it
 logger = logging.getLogger(__name__)
 
 MODEL_ENV = "VT_DEMO_MODEL"
-# What a Space needs to run this file as app.py without the package (the ranges of pyproject.toml).
-REQUIREMENTS = ["torch>=2.4", "transformers>=5.0,<6", "matplotlib>=3.8", "gradio>=6,<7"]
+# What a Space imports to run this file as app.py without the package; their versions are the ones the
+# package declares (pyproject.toml, read back from the installed metadata by `space_requirements`).
+SPACE_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "matplotlib", "gradio")
 TASKS = {  # the classes the page serves -> (task, the Auto class a folder's remote code names)
     "VanillaTransformerForConditionalGeneration": ("translation", "AutoModelForSeq2SeqLM"),
     "VanillaTransformerForSequenceClassification": ("classification", "AutoModelForSequenceClassification"),
@@ -443,6 +444,24 @@ def default_model() -> str | None:
     return str(here) if (here / "config.json").is_file() else None
 
 
+def space_requirements() -> list[str]:
+    """``requirements.txt`` lines for a Space: each of ``SPACE_PACKAGES`` with the range this package
+    declares for it (gradio's from the ``demo`` extra), so the Space and the package never disagree."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    declared = {}
+    for line in requires("vanilla-transformer") or []:
+        requirement = Requirement(line)
+        requirement.marker = None  # `extra == "demo"` means nothing in a requirements.txt
+        declared.setdefault(requirement.name, str(requirement))
+    missing = [name for name in SPACE_PACKAGES if name not in declared]
+    if missing:
+        raise RuntimeError(f"The installed vanilla-transformer declares no range for {', '.join(missing)}")
+    return [declared[name] for name in SPACE_PACKAGES]
+
+
 def space_files() -> dict[str, bytes]:
     """The files that make a model repository (or a Space) serve this page: ``app.py`` (this file),
     ``attention_maps.py`` (which it imports) and ``requirements.txt``."""
@@ -450,7 +469,7 @@ def space_files() -> dict[str, bytes]:
     return {
         "app.py": Path(__file__).read_bytes(),
         "attention_maps.py": (here / "attention_maps.py").read_bytes(),
-        "requirements.txt": ("\n".join(REQUIREMENTS) + "\n").encode(),
+        "requirements.txt": ("\n".join(space_requirements()) + "\n").encode(),
     }
 
 

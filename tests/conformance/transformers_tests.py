@@ -53,9 +53,13 @@ STANDINS = {
 }
 
 
-def ensure_transformers_tests() -> Path | None:
-    """Return a folder holding the ``hf_tests`` package (put it on ``sys.path``), or None when the sdist
-    could not be had (offline, or PyPI did not answer within ``DOWNLOAD_TIMEOUT_S``).
+class UpstreamTestsUnavailable(RuntimeError):
+    """transformers' source distribution could not be had (offline, PyPI unreachable or too slow)."""
+
+
+def ensure_transformers_tests() -> Path:
+    """Return a folder holding the ``hf_tests`` package (put it on ``sys.path``); raise
+    ``UpstreamTestsUnavailable``, saying why, when the sdist could not be had.
 
     ``.ci/run`` calls this before the tests (``python tests/conformance/transformers_tests.py``), so the
     download happens once, outside test collection, and a failure there stops CI."""
@@ -77,6 +81,10 @@ def ensure_transformers_tests() -> Path | None:
                     "download",
                     "--quiet",
                     "--no-deps",
+                    "--retries",
+                    "1",
+                    "--timeout",
+                    "30",
                     "--no-binary",
                     ":all:",
                     f"transformers=={version}",
@@ -87,11 +95,17 @@ def ensure_transformers_tests() -> Path | None:
                 text=True,
                 timeout=DOWNLOAD_TIMEOUT_S,
             )
-        except subprocess.TimeoutExpired:
-            return None
+        except subprocess.TimeoutExpired as error:
+            raise UpstreamTestsUnavailable(
+                f"PyPI did not deliver transformers {version}'s sdist within {DOWNLOAD_TIMEOUT_S} s"
+            ) from error
         archives = list(Path(scratch).glob("transformers-*.tar.gz"))
         if download.returncode != 0 or not archives:
-            return None
+            said = [line for line in download.stderr.splitlines() if line.strip()]
+            raise UpstreamTestsUnavailable(
+                f"could not download transformers {version}'s sdist from PyPI (offline?): "
+                + (said[-1].strip() if said else f"pip exited with {download.returncode}")
+            )
         staging = Path(scratch) / "staging"
         package = staging / "hf_tests"
         for subpackage in ("", "exporters", "generation", "utils"):
@@ -110,7 +124,8 @@ def ensure_transformers_tests() -> Path | None:
 
 
 if __name__ == "__main__":  # .ci/run warms the cache with this
-    folder = ensure_transformers_tests()
-    if folder is None:
-        raise SystemExit(f"Could not fetch transformers {transformers.__version__}'s test sources from PyPI.")
+    try:
+        folder = ensure_transformers_tests()
+    except UpstreamTestsUnavailable as error:
+        raise SystemExit(f"transformers' common tests: {error}") from error
     print(f"transformers' common tests cached in {folder}")
