@@ -47,7 +47,9 @@ def closure(root: str, extras: set[str]) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--extras", default="", help="comma-separated extras of vanilla-transformer, e.g. dev")
+    parser.add_argument(
+        "--extras", default="", help="comma-separated extras of vanilla-transformer, e.g. dev"
+    )
     args = parser.parse_args()
     extras = {extra for extra in args.extras.split(",") if extra}
     versions = closure("vanilla-transformer", extras)

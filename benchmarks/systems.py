@@ -104,7 +104,7 @@ class Ours(TrainingStep):
         self.forward_compiled = False
         self.precision = precision
         if precision == "bf16":  # what the training loop does for mixed_precision: bf16 on a CPU
-            from vanilla_transformer.train.loop import use_fast_bf16_kernels
+            from vanilla_transformer.precision import use_fast_bf16_kernels
 
             use_fast_bf16_kernels(self.model, {"used": "bf16"}, torch.device("cpu"))
             self.bf16 = self.fused_adam = True

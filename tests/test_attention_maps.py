@@ -13,7 +13,8 @@ from vanilla_transformer import (
 )
 from vanilla_transformer.attention_maps import attention_weights, token_labels
 from vanilla_transformer.cli import main
-from vanilla_transformer.demo import draw_head, space_files
+from vanilla_transformer.demo import draw_head
+from vanilla_transformer.hub import space_files
 
 SENTENCE = "a wonderful film with a great cast"
 

@@ -7,17 +7,12 @@ weights and write an ``auto_map``: such a folder loads with ``trust_remote_code=
 package is not installed.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-)
+import transformers
+from transformers import AutoConfig, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .model_tasks import MODEL_TASKS
 from .modeling_vanilla_transformer import (
     VanillaTransformerForCausalLM,
     VanillaTransformerForConditionalGeneration,
@@ -30,17 +25,16 @@ from .translation_pipeline import REGISTERED_TASK, TranslationPipeline
 
 __version__ = "0.1.0"
 
-_AUTO_CLASSES = {
-    VanillaTransformerModel: AutoModel,
-    VanillaTransformerForConditionalGeneration: AutoModelForSeq2SeqLM,
-    VanillaTransformerForSequenceClassification: AutoModelForSequenceClassification,
-    VanillaTransformerForCausalLM: AutoModelForCausalLM,
-    VanillaTransformerForMaskedLM: AutoModelForMaskedLM,
-}
-
 AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
 VanillaTransformerConfig.register_for_auto_class()
-for _model_class, _auto_class in _AUTO_CLASSES.items():
+for _model_class in (
+    VanillaTransformerModel,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForSequenceClassification,
+    VanillaTransformerForCausalLM,
+    VanillaTransformerForMaskedLM,
+):
+    _auto_class = getattr(transformers, MODEL_TASKS[_model_class.__name__].auto_class)
     _auto_class.register(VanillaTransformerConfig, _model_class, exist_ok=True)
     _model_class.register_for_auto_class(_auto_class.__name__)
 # transformers refuses the task name "translation" in-process (it removed that pipeline); saved folders

@@ -34,7 +34,7 @@ import torch
 from transformers import TextClassificationPipeline
 from transformers.pipelines.base import ChunkPipeline
 
-from .configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
+from .configuration_vanilla_transformer import validate_long_text
 
 TASK = "text-classification"
 BREAKS = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -58,14 +58,7 @@ class LongText:
     stride: int | None = None
 
     def __post_init__(self):
-        if self.strategy not in LONG_TEXT_STRATEGIES:
-            raise ValueError(
-                f"`long_text` must be one of {list(LONG_TEXT_STRATEGIES)}, got {self.strategy!r}."
-            )
-        if self.max_length < 2:
-            raise ValueError(
-                f"`max_length` must leave room for a token and </s> (>= 2), got {self.max_length}."
-            )
+        validate_long_text(self.strategy, self.max_length, self.head_tokens, self.stride)
 
     @classmethod
     def from_config(cls, config, strategy: str | None = None) -> LongText:

@@ -220,33 +220,23 @@ class VanillaTransformerConfig(PretrainedConfig):
             )
 
     def _validate_long_text(self) -> None:
-        _require_choice("classifier_long_text", self.classifier_long_text, LONG_TEXT_STRATEGIES)
-        if self.classifier_max_length is not None:
-            _require_positive_int("classifier_max_length", self.classifier_max_length)
-            if self.classifier_max_length < 2:
-                raise ValueError(
-                    f"`classifier_max_length` must leave room for a token and </s> (>= 2), got {self.classifier_max_length}."
-                )
-            if (
-                self.position_encoding == "learned"
-                and self.classifier_max_length > self.max_position_embeddings
-            ):
-                raise ValueError(
-                    f"`classifier_max_length` ({self.classifier_max_length}) exceeds `max_position_embeddings` "
-                    f"({self.max_position_embeddings}), the number of learned positions."
-                )
-        head = self.classifier_head_tokens
-        if not isinstance(head, int) or isinstance(head, bool) or head < 0:
-            raise ValueError(f"`classifier_head_tokens` must be a non-negative integer, got {head!r}.")
-        stride = self.classifier_window_stride
-        if stride is not None:
-            _require_positive_int("classifier_window_stride", stride)
-            window = self.classifier_max_length or self.max_position_embeddings
-            if stride > window - 1:
-                raise ValueError(
-                    f"`classifier_window_stride` ({stride}) must be at most the window's {window - 1} tokens "
-                    "(classifier_max_length - 1), or windows would skip text."
-                )
+        validate_long_text(
+            self.classifier_long_text,
+            self.classifier_max_length,
+            self.classifier_head_tokens,
+            self.classifier_window_stride,
+            prefix="classifier_",
+            window=self.classifier_max_length or self.max_position_embeddings,
+        )
+        if (
+            self.classifier_max_length is not None
+            and self.position_encoding == "learned"
+            and self.classifier_max_length > self.max_position_embeddings
+        ):
+            raise ValueError(
+                f"`classifier_max_length` ({self.classifier_max_length}) exceeds `max_position_embeddings` "
+                f"({self.max_position_embeddings}), the number of learned positions."
+            )
 
     @property
     def embedding_init_std(self) -> float:
@@ -288,6 +278,32 @@ class VanillaTransformerConfig(PretrainedConfig):
         return cls(**{**PRESETS[name], **overrides})
 
 
+def validate_long_text(
+    strategy, max_length, head_tokens, stride, prefix: str = "", window: int | None = None
+) -> None:
+    """The checks of a long-text reading, written once for the config's ``classifier_*`` fields and for a
+    recipe's or a pipeline call's settings (``prefix`` completes the field names the errors give).
+    ``max_length``: tokens per view, ``</s>`` included, or None (unset); ``window``: the view length the
+    stride is checked against, ``max_length`` unless given."""
+    _require_choice(f"{prefix}long_text", strategy, LONG_TEXT_STRATEGIES)
+    if max_length is not None:
+        _require_positive_int(f"{prefix}max_length", max_length)
+        if max_length < 2:
+            raise ValueError(
+                f"`{prefix}max_length` must leave room for a token and </s> (>= 2), got {max_length}."
+            )
+    if not isinstance(head_tokens, int) or isinstance(head_tokens, bool) or head_tokens < 0:
+        raise ValueError(f"`{prefix}head_tokens` must be a non-negative integer, got {head_tokens!r}.")
+    window = window or max_length
+    if stride is not None:
+        _require_positive_int(f"{prefix}window_stride", stride)
+        if window is not None and stride > window - 1:
+            raise ValueError(
+                f"`{prefix}window_stride` ({stride}) must be at most the window's {window - 1} tokens "
+                f"({prefix}max_length - 1), or windows would skip text."
+            )
+
+
 def _require_positive_int(name: str, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
@@ -303,4 +319,4 @@ def _require_choice(name: str, value, choices: tuple[str, ...]) -> None:
         raise ValueError(f"`{name}` must be one of {list(choices)}, got {value!r}.")
 
 
-__all__ = ["VanillaTransformerConfig", "PRESETS", "LONG_TEXT_STRATEGIES"]
+__all__ = ["VanillaTransformerConfig", "PRESETS", "LONG_TEXT_STRATEGIES", "validate_long_text"]

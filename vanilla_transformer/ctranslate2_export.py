@@ -44,12 +44,23 @@ from pathlib import Path
 
 import torch
 
+from .modeling_vanilla_transformer import (
+    MAX_NEW_TOKENS_OVER_SOURCE,
+    PAPER_LENGTH_PENALTY,
+    PAPER_NUM_BEAMS,
+    UNSET_MAX_LENGTH,
+)
+
 INSTALL_HINT = 'pip install "vanilla-transformer[ctranslate2]"'
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # Our config's activation names -> CTranslate2's Activation enum member names.
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_new": "GELUTanh", "silu": "SWISH"}
 # §6.1 decoding, used when the exported folder has no generation config.
-PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens_over_source": 50}
+PAPER_DECODING = {
+    "num_beams": PAPER_NUM_BEAMS,
+    "length_penalty": PAPER_LENGTH_PENALTY,
+    "max_new_tokens_over_source": MAX_NEW_TOKENS_OVER_SOURCE,
+}
 
 
 def _import_ctranslate2():
@@ -376,7 +387,7 @@ def _decoding_defaults(folder: Path) -> dict:
         key: default if saved.get(key) is None else saved[key] for key, default in PAPER_DECODING.items()
     }
     fixed = saved.get("max_new_tokens")
-    if fixed is None and saved.get("max_length") not in (None, 20):  # 20: transformers' unset default
+    if fixed is None and saved.get("max_length") not in (None, UNSET_MAX_LENGTH):
         fixed = saved["max_length"] - 1  # max_length counts the decoder start token
     return {**defaults, "max_new_tokens": fixed}
 

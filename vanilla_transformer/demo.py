@@ -31,20 +31,16 @@ import torch
 
 if importlib.util.find_spec("vanilla_transformer") is not None:
     from vanilla_transformer.attention_maps import KINDS, attention_weights, draw_weights
-else:  # a Space's app.py: attention_maps.py was uploaded beside it
+    from vanilla_transformer.model_tasks import MODEL_TASKS
+else:  # a Space's app.py: attention_maps.py and model_tasks.py were uploaded beside it
     from attention_maps import KINDS, attention_weights, draw_weights
+    from model_tasks import MODEL_TASKS
 
 logger = logging.getLogger(__name__)
 
 MODEL_ENV = "VT_DEMO_MODEL"
-# What a Space imports to run this file as app.py without the package; their versions are the ones the
-# package declares (pyproject.toml, read back from the installed metadata by `space_requirements`).
-SPACE_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "matplotlib", "gradio")
-TASKS = {  # the classes the page serves -> (task, the Auto class a folder's remote code names)
-    "VanillaTransformerForConditionalGeneration": ("translation", "AutoModelForSeq2SeqLM"),
-    "VanillaTransformerForSequenceClassification": ("classification", "AutoModelForSequenceClassification"),
-    "VanillaTransformerForCausalLM": ("generation", "AutoModelForCausalLM"),
-}
+# The classes the page serves -> (what it does with them, the Auto class a folder's remote code names).
+TASKS = {name: (task.demo_page, task.auto_class) for name, task in MODEL_TASKS.items() if task.demo_page}
 
 
 def _gradio():
@@ -442,35 +438,6 @@ def default_model() -> str | None:
         return os.environ[MODEL_ENV]
     here = Path(__file__).resolve().parent
     return str(here) if (here / "config.json").is_file() else None
-
-
-def space_requirements() -> list[str]:
-    """``requirements.txt`` lines for a Space: each of ``SPACE_PACKAGES`` with the range this package
-    declares for it (gradio's from the ``demo`` extra), so the Space and the package never disagree."""
-    from importlib.metadata import requires
-
-    from packaging.requirements import Requirement
-
-    declared = {}
-    for line in requires("vanilla-transformer") or []:
-        requirement = Requirement(line)
-        requirement.marker = None  # `extra == "demo"` means nothing in a requirements.txt
-        declared.setdefault(requirement.name, str(requirement))
-    missing = [name for name in SPACE_PACKAGES if name not in declared]
-    if missing:
-        raise RuntimeError(f"The installed vanilla-transformer declares no range for {', '.join(missing)}")
-    return [declared[name] for name in SPACE_PACKAGES]
-
-
-def space_files() -> dict[str, bytes]:
-    """The files that make a model repository (or a Space) serve this page: ``app.py`` (this file),
-    ``attention_maps.py`` (which it imports) and ``requirements.txt``."""
-    here = Path(__file__).resolve().parent
-    return {
-        "app.py": Path(__file__).read_bytes(),
-        "attention_maps.py": (here / "attention_maps.py").read_bytes(),
-        "requirements.txt": ("\n".join(space_requirements()) + "\n").encode(),
-    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,14 +21,8 @@ from huggingface_hub.utils import filter_repo_objects
 
 from .loading import check_weights, load_saved_model
 from .model_card import write_model_card
+from .model_tasks import MODEL_TASKS
 
-TASKS = {  # model class -> the pipeline tag its card declares
-    "VanillaTransformerForConditionalGeneration": "translation",
-    "VanillaTransformerForSequenceClassification": "text-classification",
-    "VanillaTransformerForMaskedLM": "fill-mask",
-    "VanillaTransformerForCausalLM": "text-generation",
-    "VanillaTransformerModel": "feature-extraction",
-}
 # Training by-products that may sit in a model folder and do not belong on the Hub.
 IGNORE_PATTERNS = ["checkpoint-*/**", "eval/**", "trainer-*/**", "runs/**", "*.pt", "*.pth", "*.bin"]
 
@@ -71,7 +65,7 @@ def push_folder(
 
     Raises ``FileNotFoundError`` naming every file a user would miss (weights, card, tokenizer, remote
     code) before anything is sent. ``with_demo`` adds the demo page as ``app.py`` with what it imports and
-    a ``requirements.txt`` (``demo.space_files``): run there, or in a Space, it serves this model.
+    a ``requirements.txt`` (``space_files``): run there, or in a Space, it serves this model.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -95,14 +89,46 @@ def push_folder(
         token=token,
         revision=revision,
         create_pr=create_pr,
-        extra=_demo_files() if with_demo else None,
+        extra=space_files() if with_demo else None,
     )
 
 
-def _demo_files() -> dict[str, bytes]:
-    from .demo import space_files  # imports torch only; gradio is needed where the page runs
+# What a Space imports to run the demo page as app.py without the package; their versions are the ones
+# the package declares (pyproject.toml, read back from the installed metadata).
+SPACE_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "matplotlib", "gradio")
+# The demo page and the package modules it imports, uploaded beside it (read as files: the library does
+# not import its front end).
+SPACE_MODULES = {
+    "app.py": "demo.py",
+    "attention_maps.py": "attention_maps.py",
+    "model_tasks.py": "model_tasks.py",
+}
 
-    return space_files()
+
+def space_requirements() -> list[str]:
+    """``requirements.txt`` lines for a Space: each of ``SPACE_PACKAGES`` with the range this package
+    declares for it (gradio's from the ``demo`` extra), so the Space and the package never disagree."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    declared = {}
+    for line in requires("vanilla-transformer") or []:
+        requirement = Requirement(line)
+        requirement.marker = None  # `extra == "demo"` means nothing in a requirements.txt
+        declared.setdefault(requirement.name, str(requirement))
+    missing = [name for name in SPACE_PACKAGES if name not in declared]
+    if missing:
+        raise RuntimeError(f"The installed vanilla-transformer declares no range for {', '.join(missing)}")
+    return [declared[name] for name in SPACE_PACKAGES]
+
+
+def space_files() -> dict[str, bytes]:
+    """The files that make a model repository (or a Space) serve the demo page: ``app.py`` (the page),
+    the modules it imports and ``requirements.txt``."""
+    package = Path(__file__).resolve().parent
+    files = {name: (package / module).read_bytes() for name, module in SPACE_MODULES.items()}
+    return files | {"requirements.txt": ("\n".join(space_requirements()) + "\n").encode()}
 
 
 def _commit(folder: str | Path, repo_id: str, *, private, token, extra=None, **commit) -> CommitInfo:
@@ -132,7 +158,7 @@ def ensure_model_card(folder: str | Path, model=None) -> Path:
         return card
     if model is None:
         model = load_saved_model(folder)
-    task = TASKS.get(type(model).__name__, "feature-extraction")
+    task = MODEL_TASKS.get(type(model).__name__, MODEL_TASKS["VanillaTransformerModel"]).pipeline_tag
     return write_model_card(
         folder,
         model,
@@ -191,4 +217,4 @@ def push_model(
         )
 
 
-__all__ = ["push_folder", "push_model", "missing_files", "ensure_model_card"]
+__all__ = ["push_folder", "push_model", "missing_files", "ensure_model_card", "space_files"]

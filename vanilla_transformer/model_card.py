@@ -18,6 +18,7 @@ import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .model_tasks import auto_class_for
 
 PAPER_FLAGS = {  # the paper's value of every deviation flag (model_card.md, "Faithfulness")
     "norm_position": "post",
@@ -27,12 +28,6 @@ PAPER_FLAGS = {  # the paper's value of every deviation flag (model_card.md, "Fa
     "share_embeddings": True,
     "tie_word_embeddings": True,
     "attention_bias": False,
-}
-AUTO_CLASSES = {
-    "translation": "AutoModelForSeq2SeqLM",
-    "text-classification": "AutoModelForSequenceClassification",
-    "fill-mask": "AutoModelForMaskedLM",
-    "text-generation": "AutoModelForCausalLM",
 }
 
 
@@ -136,7 +131,7 @@ def write_model_card(
         f"{config.num_encoder_layers} encoder / {config.num_decoder_layers} decoder layers, "
         f"vocabulary {config.vocab_size}, {model.num_parameters():,} parameters"
     )
-    auto_class = AUTO_CLASSES.get(task, "AutoModel")
+    auto_class = auto_class_for(task)
     flags = "\n".join(f"- {line}" for line in deviations(config)) or "- none"
     body = f"""
 # {name}

@@ -52,6 +52,9 @@ from transformers.modeling_outputs import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple, logging
 
+# The pipelines are imported (not only named in config.json) because transformers' remote-code loader
+# fetches exactly the modules the model file imports: a model loaded with trust_remote_code and saved
+# again must still carry its pipeline files, and its save_pretrained must be able to name them.
 from .classification_pipeline import custom_pipelines_entry as classification_pipelines_entry
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .translation_pipeline import custom_pipelines_entry
@@ -870,6 +873,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 # §6.1: during inference the maximum output length is the input length + 50; beam size 4, alpha 0.6.
 MAX_NEW_TOKENS_OVER_SOURCE = 50
 PAPER_NUM_BEAMS, PAPER_LENGTH_PENALTY = 4, 0.6
+# transformers' `max_length` when nobody set one (20): a generation config holding it sets no bound of its own.
+UNSET_MAX_LENGTH = GenerationConfig().max_length
 
 
 def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfig:
@@ -1000,7 +1005,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         # Folders saved before the bound was stored keep §6.1's bound rather than transformers' max_length 20.
         offset = getattr(config, "max_new_tokens_over_source", MAX_NEW_TOKENS_OVER_SOURCE)
         user_bound = "max_new_tokens" in kwargs or "max_length" in kwargs
-        config_bound = config.max_new_tokens is not None or config.max_length not in (None, 20)
+        config_bound = config.max_new_tokens is not None or config.max_length not in (None, UNSET_MAX_LENGTH)
         source = inputs if inputs is not None else kwargs.get("input_ids")
         if (
             offset is not None

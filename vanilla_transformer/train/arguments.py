@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
-from ..precision import MIXED_PRECISION_CHOICES
+from ..precision import check_mixed_precision
 from .recipes import SET_BY_RUN, check_model_block, parse_recipe
 
 # The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
@@ -144,10 +144,7 @@ class TranslationTrainingArguments:
             raise ValueError(
                 "`dataset: json` needs `train_file` (and usually `validation_file`, `test_file`)."
             )
-        if self.mixed_precision not in MIXED_PRECISION_CHOICES:
-            raise ValueError(
-                f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {self.mixed_precision!r}."
-            )
+        check_mixed_precision(self.mixed_precision)
         check_model_block(self.model, SET_BY_RUN)
 
     def to_dict(self) -> dict:

@@ -28,7 +28,7 @@ from transformers import TrainingArguments
 
 from ..classification_pipeline import LongText, clean_text, encode_long_texts
 from ..configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
-from ..precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
+from ..precision import MIXED_PRECISION_CHOICES, check_mixed_precision, resolve_mixed_precision
 from .data import data_path
 from .recipes import (
     SET_BY_RUN,
@@ -195,10 +195,7 @@ class ClassificationArguments:
             raise ValueError(
                 f"`finetune_dropout` must be a probability in [0, 1), got {self.finetune_dropout!r}."
             )
-        if self.mixed_precision not in MIXED_PRECISION_CHOICES:
-            raise ValueError(
-                f"`mixed_precision` must be one of {list(MIXED_PRECISION_CHOICES)}, got {self.mixed_precision!r}."
-            )
+        check_mixed_precision(self.mixed_precision)
         check_model_block(self.model, SET_BY_CLASSIFICATION_RUN)
 
     def reading(self) -> LongText:

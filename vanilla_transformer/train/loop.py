@@ -39,6 +39,7 @@ from ..modeling_vanilla_transformer import (
     PAPER_NUM_BEAMS,
     VanillaTransformerForConditionalGeneration,
 )
+from ..precision import use_fast_bf16_kernels
 from .arguments import TranslationTrainingArguments
 from .batching import TokenBudgetBatchSampler
 from .checkpoints import (
@@ -192,16 +193,6 @@ def set_decoding(generation_config, num_beams: int, length_penalty: float) -> No
 
 # torch's fused Adam runs on these devices (fp32 parameters and state, as the paper's Adam).
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
-
-
-def use_fast_bf16_kernels(model, precision: dict, device: torch.device) -> None:
-    """Training in bf16 on a CPU, attention runs on the eager path (Eq. 1 as two bf16 matrix products):
-    torch's CPU flash-attention kernel is slow backwards in bf16 at translation lengths. Measured on the
-    benchmark's small preset (32 x 24+24 tokens, 2 threads, AVX512-BF16, 3 interleaved rounds), training
-    tokens/s relative to fp32 with SDPA: bf16 with SDPA 1.16-1.23x, bf16 with eager attention 1.50-1.57x.
-    Only the training run's attention changes; saved folders load with SDPA as usual."""
-    if precision["used"] == "bf16" and device.type == "cpu":
-        model.set_attn_implementation("eager")
 
 
 def make_accelerator(args: TranslationTrainingArguments) -> tuple[Accelerator, dict]:
