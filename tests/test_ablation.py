@@ -8,7 +8,7 @@ from test_config import paper_parameter_count
 from transformers import AutoTokenizer
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.train import ablation
+from vanilla_transformer.train.translation import ablation
 
 TINY_RECIPE = """
 dataset: synthetic
@@ -158,8 +158,8 @@ def test_dev_perplexity_is_the_unsmoothed_per_token_perplexity(table):
     import torch
 
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.train.arguments import load_arguments
-    from vanilla_transformer.train.loop import prepare_data
+    from vanilla_transformer.train.translation.arguments import load_arguments
+    from vanilla_transformer.train.translation.loop import prepare_data
 
     folder = table / "runs" / "base"
     model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()

@@ -11,7 +11,7 @@ from transformers.testing_utils import CaptureLogger
 import vanilla_transformer  # noqa: F401  (registers the "vanilla-translation" pipeline)
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
-from vanilla_transformer.train import evaluation
+from vanilla_transformer.train.translation import evaluation
 from vanilla_transformer.translation_pipeline import logger as pipeline_logger
 
 LINES = ["a wonderful film", "", "great acting", "   "]

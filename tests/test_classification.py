@@ -16,21 +16,16 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling, TrainerCallback, pipeline
 
 from vanilla_transformer import VanillaTransformerForMaskedLM, VanillaTransformerForSequenceClassification
+from vanilla_transformer.classification_pipeline import LongText, clean_text, encode_long_texts
 from vanilla_transformer.tokenization import MASK_TOKEN, train_bpe_tokenizer
-from vanilla_transformer.train import classify
-from vanilla_transformer.train.classification import (
-    classification_metrics,
-    clean_text,
-    encode_head_tail,
-    load_classification_arguments,
-)
-from vanilla_transformer.train.classify import (
-    evaluate_classifier,
-    model_config,
-    pretrain_mlm,
-    train_classifier,
-)
-from vanilla_transformer.train.recipes import parse_overrides
+from vanilla_transformer.train.classification import finetune as finetune_stage
+from vanilla_transformer.train.classification import pretrain as pretrain_stage
+from vanilla_transformer.train.classification.arguments import load_classification_arguments
+from vanilla_transformer.train.classification.evaluate import classification_metrics, evaluate_classifier
+from vanilla_transformer.train.classification.finetune import train_classifier
+from vanilla_transformer.train.classification.pretrain import pretrain
+from vanilla_transformer.train.classification.setup import model_config
+from vanilla_transformer.train.common.recipes import parse_overrides
 
 POSITIVE = [
     "a wonderful film",
@@ -152,10 +147,11 @@ def test_head_and_tail_truncation():
     tokenizer = train_bpe_tokenizer([" ".join(map(str, range(100)))] * 3, vocab_size=300, min_frequency=1)
     text = " ".join(f"w{i}" for i in range(200))
     full = tokenizer(text, add_special_tokens=False)["input_ids"]
-    ids = encode_head_tail(tokenizer, [text], max_length=20, head_tokens=8)[0]
+    reading = LongText("head_tail", max_length=20, head_tokens=8)
+    ids = encode_long_texts(tokenizer, [text], reading)[0][0]
     assert len(ids) == 20 and ids[-1] == tokenizer.eos_token_id
     assert ids[:8] == full[:8] and ids[8:-1] == full[-11:]
-    short = encode_head_tail(tokenizer, ["w1 w2"], max_length=20, head_tokens=8)[0]
+    short = encode_long_texts(tokenizer, ["w1 w2"], reading)[0][0]
     assert short == tokenizer("w1 w2", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
 
 
@@ -286,15 +282,18 @@ class RecordTraining(TrainerCallback):
 
 
 def record_training(monkeypatch) -> RecordTraining:
-    """Adds a RecordTraining to the Trainers that classify.py builds (beside its own callbacks)."""
-    recorder, own = RecordTraining(), classify._callbacks
-    monkeypatch.setattr(classify, "_callbacks", lambda args: [*own(args), recorder])
+    """Adds a RecordTraining to the Trainers that pre-training and fine-tuning build (beside their own
+    callbacks)."""
+    recorder = RecordTraining()
+    for stage in (pretrain_stage, finetune_stage):
+        own = stage.budget_callbacks
+        monkeypatch.setattr(stage, "budget_callbacks", lambda args, own=own: [*own(args), recorder])
     return recorder
 
 
 def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
     args, training = arguments(tmp_path, "pretrain", num_train_epochs=2)
-    mlm_folder = pretrain_mlm(args, training)
+    mlm_folder = pretrain(args, training)
     mlm = VanillaTransformerForMaskedLM.from_pretrained(mlm_folder)
     assert mlm.lm_head.weight is mlm.model.encoder.embed_tokens.weight  # tied to the embeddings
     tokenizer = AutoTokenizer.from_pretrained(mlm_folder)
@@ -348,7 +347,7 @@ def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     # as two fresh processes do.
     torch.manual_seed(0)
     straight = record_training(monkeypatch)
-    pretrain_mlm(*arguments(tmp_path, "pretrain", run_dir=str(tmp_path / "straight"), **common))
+    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(tmp_path / "straight"), **common))
     monkeypatch.undo()
     steps = sorted(straight.losses)
     assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 6
@@ -356,14 +355,14 @@ def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     folder = tmp_path / "interrupted"
     torch.manual_seed(0)
     first = record_training(monkeypatch)
-    pretrain_mlm(*arguments(tmp_path, "pretrain", run_dir=str(folder), max_minutes=0, **common))
+    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), max_minutes=0, **common))
     monkeypatch.undo()
     assert first.losses == pytest.approx({1: straight.losses[1]}, abs=1e-6)  # the same run, so far
     (checkpoint,) = (folder / "trainer-pretrain").glob("checkpoint-*")
     assert checkpoint.name == "checkpoint-1"
 
     resumed = record_training(monkeypatch)
-    pretrain_mlm(*arguments(tmp_path, "pretrain", run_dir=str(folder), **common))
+    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), **common))
     assert sorted(resumed.losses) == steps[1:]  # update 1 is not done again, and the run ends where it did
     assert [resumed.rates[step] for step in steps[1:]] == pytest.approx(
         [straight.rates[step] for step in steps[1:]], rel=1e-6

@@ -13,9 +13,9 @@ from test_training import TINY_RUN
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.arguments import load_arguments
-from vanilla_transformer.train.evaluation import bleu_scores
-from vanilla_transformer.train.loop import prepare_data
+from vanilla_transformer.train.translation.arguments import load_arguments
+from vanilla_transformer.train.translation.evaluation import bleu_scores
+from vanilla_transformer.train.translation.loop import prepare_data
 
 # -- BLEU ---------------------------------------------------------------------------------------------------
 

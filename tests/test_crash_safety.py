@@ -18,8 +18,8 @@ from test_training import TINY_MODEL, TINY_RUN
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
-from vanilla_transformer.train import checkpoints as checkpoint_module
-from vanilla_transformer.train.checkpoints import (
+from vanilla_transformer.train.translation import checkpoints as checkpoint_module
+from vanilla_transformer.train.translation.checkpoints import (
     STATE_FILE,
     checkpoint_dirs,
     checkpoint_step,
@@ -52,7 +52,7 @@ def processes():
     spends most of its start-up importing torch and transformers). Each is a real process running the
     ``vanilla-transformer train`` entry point, killed with SIGKILL by ``Process.kill``."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["vanilla_transformer.cli", "vanilla_transformer.train.loop"])
+    context.set_forkserver_preload(["vanilla_transformer.cli", "vanilla_transformer.train.translation.loop"])
     return context
 
 

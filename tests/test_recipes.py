@@ -11,10 +11,10 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer.precision import resolve_mixed_precision
-from vanilla_transformer.train.ablation import read_study
-from vanilla_transformer.train.arguments import load_arguments
-from vanilla_transformer.train.classification import load_classification_arguments
-from vanilla_transformer.train.loop import train
+from vanilla_transformer.train.classification.arguments import load_classification_arguments
+from vanilla_transformer.train.translation.ablation import read_study
+from vanilla_transformer.train.translation.arguments import load_arguments
+from vanilla_transformer.train.translation.loop import train
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
 RECIPES = sorted(CONFIGS.glob("*.yaml"))  # a new recipe is covered without editing this file

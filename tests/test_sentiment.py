@@ -15,26 +15,24 @@ from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as transformers_logging
 
 from vanilla_transformer import VanillaTransformerForMaskedLM
-from vanilla_transformer.classification_pipeline import LongText, encode_long_texts
-from vanilla_transformer.train.classification import (
-    classification_metrics,
-    clean_text,
-    load_classification_arguments,
+from vanilla_transformer.classification_pipeline import LongText, clean_text, encode_long_texts
+from vanilla_transformer.train.classification.arguments import load_classification_arguments
+from vanilla_transformer.train.classification.data import (
     load_labelled,
-    split_validation,
-)
-from vanilla_transformer.train.classify import (
-    budget_schedule,
-    classification_tokenizer,
-    evaluate_classifier,
-    predict_texts,
-    pretrain,
-    pretrain_mlm,
     pretraining_texts,
-    train_classifier,
+    split_validation,
     training_and_validation,
 )
-from vanilla_transformer.train.recipes import parse_overrides
+from vanilla_transformer.train.classification.evaluate import (
+    classification_metrics,
+    evaluate_classifier,
+    predict_texts,
+)
+from vanilla_transformer.train.classification.finetune import train_classifier
+from vanilla_transformer.train.classification.pretrain import pretrain
+from vanilla_transformer.train.classification.setup import classification_tokenizer
+from vanilla_transformer.train.common.budget import budget_schedule
+from vanilla_transformer.train.common.recipes import parse_overrides
 
 TINY_ENCODER = {"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 2, "dropout": 0.0}
 
@@ -255,14 +253,14 @@ def test_resuming_masked_lm_pretraining_warns_of_no_missing_tied_weight(tmp_path
         max_steps=3,
         output_dir=str(tmp_path / "trainer"),
     )
-    pretrain_mlm(*arguments(tmp_path, "pretrain", max_minutes=0, **values))  # stops after step 1, saved
+    pretrain(*arguments(tmp_path, "pretrain", max_minutes=0, **values))  # stops after step 1, saved
     assert (tmp_path / "trainer" / "checkpoint-1").is_dir()
     logger = transformers_logging.get_logger("transformers")
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_info()
     try:
         with CaptureLogger(logger) as captured:
-            folder = pretrain_mlm(*arguments(tmp_path, "pretrain", **values))
+            folder = pretrain(*arguments(tmp_path, "pretrain", **values))
     finally:
         transformers_logging.set_verbosity(verbosity)
     assert f"Loading model from {tmp_path / 'trainer' / 'checkpoint-1'}" in captured.out  # it resumed
@@ -496,7 +494,7 @@ def test_electra_generator_is_a_quarter_wide_and_shares_the_embeddings():
     own: it reads the discriminator's (projected) and predicts through them, so its masked-LM loss trains
     the embedding matrix the discriminator uses."""
     from vanilla_transformer import VanillaTransformerConfig
-    from vanilla_transformer.train.electra import ElectraForPreTraining
+    from vanilla_transformer.train.classification.electra import ElectraForPreTraining
 
     config = VanillaTransformerConfig(
         vocab_size=60,
@@ -558,7 +556,7 @@ def test_electra_discriminator_loads_into_the_classifier(electra_run, tmp_path):
 
 def test_packed_pretraining_rows_are_full_and_unpadded(tmp_path):
     """`pack_length`: the texts, each ending in </s>, run together and cut into equal rows, no padding."""
-    from vanilla_transformer.train.classify import pretraining_dataset
+    from vanilla_transformer.train.classification.data import pretraining_dataset
 
     args, _ = arguments(tmp_path, pack_length=16)
     texts = [row["text"] for row in simple_reviews(50, seed=4)]

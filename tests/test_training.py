@@ -19,24 +19,24 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
-from vanilla_transformer.train.ablation import read_study
-from vanilla_transformer.train.arguments import SYNTHETIC_MODEL, load_arguments
-from vanilla_transformer.train.batching import TokenBudgetBatchSampler
-from vanilla_transformer.train.checkpoints import (
+from vanilla_transformer.train.common.recipes import parse_overrides, parse_yaml
+from vanilla_transformer.train.translation.ablation import read_study
+from vanilla_transformer.train.translation.arguments import SYNTHETIC_MODEL, load_arguments
+from vanilla_transformer.train.translation.batching import TokenBudgetBatchSampler
+from vanilla_transformer.train.translation.checkpoints import (
     STATE_FILE,
     average_checkpoints,
     checkpoint_dirs,
     latest_checkpoint,
     spaced_checkpoints,
 )
-from vanilla_transformer.train.loop import Clock, RunState, build_model_config, train
-from vanilla_transformer.train.recipes import parse_overrides, parse_yaml
-from vanilla_transformer.train.schedule import (
+from vanilla_transformer.train.translation.loop import Clock, RunState, build_model_config, train
+from vanilla_transformer.train.translation.schedule import (
     cooldown_factor,
     transformer_learning_rate,
     transformer_lr_scheduler,
 )
-from vanilla_transformer.train.synthetic import german_number, synthetic_pairs
+from vanilla_transformer.train.translation.synthetic import german_number, synthetic_pairs
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
 TINY_MODEL = dict(d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1)
@@ -505,7 +505,7 @@ def test_empty_file_names_the_file(tmp_path):
 def test_mismatched_line_counts_name_both_files(tmp_path):
     (tmp_path / "train.de").write_text("eins\nzwei\n")
     (tmp_path / "train.en").write_text("one\n")
-    from vanilla_transformer.train.data import load_translation_splits
+    from vanilla_transformer.train.translation.data import load_translation_splits
 
     files = {"train.de": str(tmp_path / "train.de"), "train.en": str(tmp_path / "train.en")}
     with pytest.raises(ValueError, match=r"train.de has 2 lines but .*train.en has 1"):

@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from vanilla_transformer.train.arguments import load_arguments
-from vanilla_transformer.train.checkpoints import average_checkpoints, spaced_checkpoints
-from vanilla_transformer.train.loop import evaluate_folder, prepare_data
+from vanilla_transformer.train.translation.arguments import load_arguments
+from vanilla_transformer.train.translation.checkpoints import average_checkpoints, spaced_checkpoints
+from vanilla_transformer.train.translation.evaluation import evaluate_folder
+from vanilla_transformer.train.translation.loop import prepare_data
 
 
 def score(model_dir: Path, split, args, num_beams: int, length_penalty: float) -> dict:
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metric", choices=["sacrebleu", "bleu_lc_tok"], default="sacrebleu")
     options = parser.parse_args(argv)
 
-    from vanilla_transformer.train.recipes import parse_overrides
+    from vanilla_transformer.train.common.recipes import parse_overrides
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
     split = prepare_data(args)["validation"]

@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
+from .loading import MODEL_CLASSES
 from .model_tasks import MODEL_TASKS
 from .modeling_vanilla_transformer import (
     VanillaTransformerForCausalLM,
@@ -27,14 +28,8 @@ __version__ = "0.1.0"
 
 AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
 VanillaTransformerConfig.register_for_auto_class()
-for _model_class in (
-    VanillaTransformerModel,
-    VanillaTransformerForConditionalGeneration,
-    VanillaTransformerForSequenceClassification,
-    VanillaTransformerForCausalLM,
-    VanillaTransformerForMaskedLM,
-):
-    _auto_class = getattr(transformers, MODEL_TASKS[_model_class.__name__].auto_class)
+for _name, _model_class in MODEL_CLASSES.items():
+    _auto_class = getattr(transformers, MODEL_TASKS[_name].auto_class)
     _auto_class.register(VanillaTransformerConfig, _model_class, exist_ok=True)
     _model_class.register_for_auto_class(_auto_class.__name__)
 # transformers refuses the task name "translation" in-process (it removed that pipeline); saved folders

@@ -19,20 +19,21 @@ import json
 import sys
 from pathlib import Path
 
-from .train.recipes import parse_overrides
+from .train.common.recipes import parse_overrides
 
 
 def cmd_train(options) -> None:
-    from .train.arguments import load_arguments
-    from .train.loop import train
+    from .train.translation.arguments import load_arguments
+    from .train.translation.loop import train
 
     train(load_arguments(options.recipe, parse_overrides(options.set)))
 
 
 def cmd_evaluate(options) -> None:
-    from .train.arguments import load_arguments
-    from .train.data import data_path
-    from .train.loop import evaluate_folder, prepare_data
+    from .train.common.data import data_path
+    from .train.translation.arguments import load_arguments
+    from .train.translation.evaluation import evaluate_folder
+    from .train.translation.loop import prepare_data
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
     split = prepare_data(args)[options.split]
@@ -74,7 +75,7 @@ def _translate_with_pytorch(options, lines: list[str]) -> list[str]:
 
     from .inference import prepare_for_inference
     from .loading import load_saved_model
-    from .train.evaluation import translate
+    from .train.translation.evaluation import translate
 
     model = prepare_for_inference(
         load_saved_model(options.model, AutoModelForSeq2SeqLM),
@@ -90,7 +91,7 @@ def _translate_with_pytorch(options, lines: list[str]) -> list[str]:
 
 
 def cmd_average(options) -> None:
-    from .train.checkpoints import average_checkpoints, checkpoint_dirs
+    from .train.translation.checkpoints import average_checkpoints, checkpoint_dirs
 
     folders = list(options.checkpoints)
     if options.last:
@@ -107,7 +108,7 @@ def cmd_average(options) -> None:
 
 
 def cmd_ablate(options) -> None:
-    from .train.ablation import collect, commands, read_study, run_study
+    from .train.translation.ablation import collect, commands, read_study, run_study
 
     study = read_study(options.recipe)
     rows, output = study.select(options.rows), Path(options.output)
@@ -135,8 +136,10 @@ def cmd_demo(options) -> None:
 
 
 def cmd_classify(options) -> None:
-    from .train.classification import load_classification_arguments
-    from .train.classify import evaluate_classifier, pretrain, train_classifier
+    from .train.classification.arguments import load_classification_arguments
+    from .train.classification.evaluate import evaluate_classifier
+    from .train.classification.finetune import train_classifier
+    from .train.classification.pretrain import pretrain
 
     args, training = load_classification_arguments(
         options.recipe, parse_overrides(options.set), options.stage

@@ -10,26 +10,13 @@ from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
+from . import modeling_vanilla_transformer
 from .configuration_vanilla_transformer import VanillaTransformerConfig
-from .modeling_vanilla_transformer import (
-    VanillaTransformerForCausalLM,
-    VanillaTransformerForConditionalGeneration,
-    VanillaTransformerForMaskedLM,
-    VanillaTransformerForSequenceClassification,
-    VanillaTransformerModel,
-    VanillaTransformerPreTrainedModel,
-)
+from .model_tasks import MODEL_TASKS
+from .modeling_vanilla_transformer import VanillaTransformerModel, VanillaTransformerPreTrainedModel
 
-MODEL_CLASSES = {
-    model_class.__name__: model_class
-    for model_class in (
-        VanillaTransformerModel,
-        VanillaTransformerForConditionalGeneration,
-        VanillaTransformerForCausalLM,
-        VanillaTransformerForSequenceClassification,
-        VanillaTransformerForMaskedLM,
-    )
-}
+# {class name: class}, for every class of the one table of tasks.
+MODEL_CLASSES = {name: getattr(modeling_vanilla_transformer, name) for name in MODEL_TASKS}
 
 
 def load_saved_model(folder, model_class=None, **kwargs) -> VanillaTransformerPreTrainedModel:

@@ -32,14 +32,18 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq
 
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..model_card import Result, write_model_card
-from ..modeling_vanilla_transformer import (
+from ...configuration_vanilla_transformer import VanillaTransformerConfig
+from ...model_card import Result, write_model_card
+from ...modeling_vanilla_transformer import (
     PAPER_LENGTH_PENALTY,
     PAPER_NUM_BEAMS,
     VanillaTransformerForConditionalGeneration,
 )
-from ..precision import use_fast_bf16_kernels
+from ...precision import use_fast_bf16_kernels
+from ..common.data import data_path, load_or_train_tokenizer
+from ..common.plots import plot_history
+from ..common.precision_record import describe_precision, mixed_precision_record
+from ..common.recipes import build_config
 from .arguments import TranslationTrainingArguments
 from .batching import TokenBudgetBatchSampler
 from .checkpoints import (
@@ -49,10 +53,8 @@ from .checkpoints import (
     save_checkpoint,
     spaced_checkpoints,
 )
-from .data import data_path, load_or_train_tokenizer, load_translation_splits, tokenize_pairs
-from .evaluation import bleu_scores, translate
-from .plots import plot_history
-from .recipes import build_config, describe_precision, mixed_precision_record
+from .data import load_translation_splits, tokenize_pairs
+from .evaluation import bleu_scores, evaluate_split, set_decoding, translate
 from .schedule import transformer_lr_scheduler
 
 
@@ -177,18 +179,6 @@ def set_up(args: TranslationTrainingArguments) -> Run:
         valid_batches=len(valid_sampler) if valid_sampler is not None else 0,
         spent=spent,
     )
-
-
-def set_decoding(generation_config, num_beams: int, length_penalty: float) -> None:
-    """The recipe's decoding (§6.1: beam 4, alpha 0.6) in the generation config saved with the model.
-    Greedy search (``num_beams: 1``) has no length penalty or early stopping: both go back to their
-    defaults, which transformers requires of a valid greedy config."""
-    if num_beams < 1:
-        raise ValueError(f"The beam size (`num_beams`) must be at least 1, got {num_beams}.")
-    generation_config.num_beams = num_beams
-    beam = num_beams > 1
-    generation_config.length_penalty = length_penalty if beam else 1.0
-    generation_config.early_stopping = generation_config.early_stopping if beam else False
 
 
 # torch's fused Adam runs on these devices (fp32 parameters and state, as the paper's Adam).
@@ -712,47 +702,4 @@ def describe_decoding(num_beams: int, length_penalty: float) -> str:
     return f"{search}: the recipe's choice, departing from §6.1's {paper}"
 
 
-def evaluate_folder(
-    model_dir: str | Path,
-    split,
-    args,
-    hypotheses_file: Path,
-    tokenized_references: str | None = None,
-    num_beams: int | None = None,
-    length_penalty: float | None = None,
-):
-    """A saved model folder on a split: :func:`evaluate_split` with the folder's generation config, or
-    with ``num_beams`` / ``length_penalty`` in its place (the folder is not changed). Returns both BLEUs
-    and the decoding used, and three samples."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from ..loading import load_saved_model
-
-    model = load_saved_model(str(model_dir), AutoModelForSeq2SeqLM).eval()
-    decoding = model.generation_config
-    if num_beams is not None or length_penalty is not None:
-        set_decoding(
-            decoding,
-            decoding.num_beams if num_beams is None else num_beams,
-            decoding.length_penalty if length_penalty is None else length_penalty,
-        )
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    scores, samples = evaluate_split(model, tokenizer, split, args, hypotheses_file, tokenized_references)
-    return {**scores, "num_beams": decoding.num_beams, "length_penalty": decoding.length_penalty}, samples
-
-
-def evaluate_split(
-    model, tokenizer, split, args, hypotheses_file: Path, tokenized_references: str | None = None
-):
-    """Translate a whole split with the generation config, write the hypotheses, score both BLEUs."""
-    hypotheses = translate(model, tokenizer, split["source"], args.eval_batch_size, progress=True)
-    hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    official = None
-    if tokenized_references:
-        official = Path(tokenized_references).read_text(encoding="utf-8").splitlines()
-    scores = bleu_scores(hypotheses, split["target"], args.target_lang, official)
-    samples = list(zip(split["source"][:3], hypotheses[:3], split["target"][:3], strict=True))
-    return scores, samples
-
-
-__all__ = ["train", "build_model_config", "evaluate_folder", "evaluate_split", "prepare_data"]
+__all__ = ["train", "build_model_config", "prepare_data"]

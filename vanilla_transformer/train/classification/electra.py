@@ -33,8 +33,8 @@ from torch import nn
 from transformers.activations import ACT2FN
 from transformers.utils import ModelOutput
 
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..modeling_vanilla_transformer import (
+from ...configuration_vanilla_transformer import VanillaTransformerConfig
+from ...modeling_vanilla_transformer import (
     VanillaTransformerEncoder,
     VanillaTransformerModel,
     VanillaTransformerPreTrainedModel,

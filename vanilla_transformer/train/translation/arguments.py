@@ -1,5 +1,5 @@
 """The settings of a translation training run: one dataclass, read from a YAML recipe and the command line
-by ``HfArgumentParser`` (``recipes.py``); the model's settings are its ``model:`` block.
+by ``HfArgumentParser`` (``train/common/recipes.py``); the model's settings are its ``model:`` block.
 
 Defaults are the built-in main job: a small Transformer trained on the synthetic English -> German
 task in a few minutes on two CPU cores. The paper's recipe values (Adam betas, epsilon, Eq. 3) are the
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
-from ..precision import check_mixed_precision
-from .recipes import SET_BY_RUN, check_model_block, parse_recipe
+from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
+from ...precision import check_mixed_precision
+from ..common.recipes import SET_BY_RUN, check_model_block, parse_recipe
 
 # The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
 # of CPU). A recipe's ``model:`` block replaces it whole.

@@ -37,8 +37,7 @@ from pathlib import Path
 import yaml
 from transformers import HfArgumentParser
 
-from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..precision import bf16_hardware, resolve_mixed_precision
+from ...configuration_vanilla_transformer import VanillaTransformerConfig
 
 MODEL_BLOCK = "model"
 PRESET_KEY = "preset"
@@ -218,20 +217,6 @@ def build_config(block: dict, defaults: dict | None = None, **run_values) -> Van
 # -- mixed precision -----------------------------------------------------------------------------------
 
 
-def mixed_precision_record(setting: str, device) -> dict:
-    """What ``mixed_precision`` resolves to on ``device``, for the log line, results.json and the card."""
-    return {
-        "setting": setting,
-        "used": resolve_mixed_precision(setting, device),
-        "hardware": bf16_hardware(device),
-    }
-
-
-def describe_precision(record: dict) -> str:
-    used = "bf16 autocast, fp32 weights" if record["used"] == "bf16" else "fp32"
-    return f"{used} (mixed_precision: {record['setting']}; {record['hardware']})"
-
-
 __all__ = [
     "parse_yaml",
     "read_recipe",
@@ -241,6 +226,4 @@ __all__ = [
     "parse_settings",
     "check_model_block",
     "build_config",
-    "mixed_precision_record",
-    "describe_precision",
 ]

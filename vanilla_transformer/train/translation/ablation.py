@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
+from ..common.recipes import parse_yaml
 from .checkpoints import latest_checkpoint
-from .recipes import parse_yaml
 
 BASE = "base"
 GROUPS = ("A", "B", "C", "D", "E")
@@ -229,7 +229,7 @@ def collect(study: Study, rows: list[Row], output: Path, wall_minutes: float | N
         table["wall_minutes"] = wall_minutes
     (output / "table3.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
     (output / "table3.md").write_text(markdown_table(measured), encoding="utf-8")
-    from .plots import plot_ablation
+    from ..common.plots import plot_ablation
 
     plot_ablation(measured, output / "table3.png", output / "table3_curves.png")
     print((output / "table3.md").read_text(encoding="utf-8"))
@@ -240,7 +240,7 @@ def measure_row(study: Study, row: Row, output: Path) -> dict:
     """Dev perplexity and dev BLEU of a trained row's final model; written to ``<row>/table3_row.json``."""
     from transformers import AutoTokenizer
 
-    from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from ...modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
     from .arguments import load_arguments
     from .evaluation import bleu_scores, translate
     from .loop import prepare_data

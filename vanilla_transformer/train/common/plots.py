@@ -106,3 +106,27 @@ def plot_ablation(rows: list[dict], bars: Path, curves: Path) -> tuple[Path, Pat
 
 
 __all__ = ["plot_history", "plot_ablation"]
+
+
+def plot_confusion_matrix(confusion: list[list[int]], names: list[str], path: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    matrix = np.asarray(confusion)
+    figure, axis = plt.subplots(figsize=(4.5, 4), dpi=120)
+    axis.imshow(matrix, cmap="Blues")
+    axis.set_xticks(range(len(names)), names, rotation=30)
+    axis.set_yticks(range(len(names)), names)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
+    for (row, column), value in np.ndenumerate(matrix):
+        color = "white" if value > matrix.max() / 2 else "black"
+        axis.text(column, row, f"{value:,}", ha="center", va="center", color=color)
+    axis.set_title(title)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path

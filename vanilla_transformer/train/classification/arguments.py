@@ -2,7 +2,7 @@
 fine-tuning with ``transformers.Trainer``, and evaluation with a confusion matrix.
 
 A recipe holds ``ClassificationArguments`` and ``transformers.TrainingArguments`` keys side by side,
-and the encoder's ``VanillaTransformerConfig`` fields in its ``model:`` block (``recipes.py``).
+and the encoder's ``VanillaTransformerConfig`` fields in its ``model:`` block (``train/common/recipes.py``).
 
 Data are ``datasets`` JSON Lines with a text and a label column (the layout of ``../shared/data/imdb``)
 or a Hub data set. Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB)
@@ -10,27 +10,22 @@ become spaces. A text longer than ``max_length`` is read as ``long_text`` says (
 its tail: Sun et al., 2019, the first 128 and the last tokens of a review carry most of its sentiment,
 so the verdict at the end of a review survives); the reading is saved with the model
 (``classification_pipeline.py``). Validation reviews are held out of the training file
-(``split_validation``); the test file is only scored.
-"""
+(``split_validation``); the test file is only scored."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
-from datasets import Dataset, load_dataset
 from transformers import TrainingArguments
 
-from ..classification_pipeline import LongText, clean_text, encode_long_texts
-from ..configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
-from ..precision import MIXED_PRECISION_CHOICES, check_mixed_precision, resolve_mixed_precision
-from .data import data_path
-from .recipes import (
+from ...classification_pipeline import LongText
+from ...configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
+from ...precision import MIXED_PRECISION_CHOICES, check_mixed_precision, resolve_mixed_precision
+from ..common.recipes import (
     SET_BY_RUN,
     apply_overrides,
     check_model_block,
@@ -42,9 +37,13 @@ from .recipes import (
 
 # The built-in encoder: four post-LN layers of width 256. A recipe's ``model:`` block replaces it whole.
 ENCODER_MODEL = {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 4, "dropout": 0.1}
+
+
 # Beyond the fields every run sets: the encoder-only shape, the masked-LM head's setting and the long-text
 # reading (from the recipe's max_length, head_tokens, long_text and window_stride).
 PRETRAINING_OBJECTIVES = ("mlm", "electra")
+
+
 SET_BY_CLASSIFICATION_RUN = (
     *SET_BY_RUN,
     "num_decoder_layers",
@@ -241,118 +240,4 @@ def load_classification_arguments(
     return parse_settings(values, types, recipe, from_file, overrides)
 
 
-def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
-    """Read a labelled split and check it: both columns present, no empty text, integer labels."""
-    if args.dataset != "json":
-        return load_dataset(args.dataset, split=file)  # the path users with network take
-    path = data_path(file, args.data_dir)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"No such data file: {path}")
-    data = load_dataset("json", data_files=path, split="train")
-    for column in (args.text_column, args.label_column):
-        if column not in data.column_names:
-            raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
-    for index, (text, label) in enumerate(zip(data[args.text_column], data[args.label_column], strict=True)):
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{path}: row {index} has an empty {args.text_column!r}.")
-        if not isinstance(label, int) or isinstance(label, bool):
-            raise ValueError(
-                f"{path}: row {index} has {args.label_column!r}={label!r}; labels must be integers."
-            )
-    return data
-
-
-def split_validation(data: Dataset, size: float, seed: int, text_column: str) -> tuple[Dataset, Dataset]:
-    """Hold out part of a training file for validation: ``(train, validation)``, the same for the same
-    ``seed``. ``size`` counts distinct texts (>= 1) or is a fraction of them (< 1). A text that occurs
-    more than once (IMDB's train file repeats 96 reviews) lies on one side only, so no validation text is
-    ever trained on; the test file is not read."""
-    texts = [clean_text(text) for text in data[text_column]]
-    distinct = list(dict.fromkeys(texts))  # first-seen order: deterministic
-    count = int(size) if size >= 1 else round(size * len(distinct))
-    if not 0 < count < len(distinct):
-        raise ValueError(
-            f"`validation_size`={size!r} holds out {count} of {len(distinct)} distinct training texts; "
-            "it must leave at least one on each side."
-        )
-    order = np.random.default_rng(seed).permutation(len(distinct))
-    held_out = {distinct[i] for i in order[:count]}
-    inside = np.fromiter((text in held_out for text in texts), dtype=bool, count=len(texts))
-    return data.select(np.flatnonzero(~inside)), data.select(np.flatnonzero(inside))
-
-
-def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[int, str], dict[str, int]]:
-    """id2label/label2id: the given names, else NEGATIVE/POSITIVE for 0/1 data, else LABEL_i."""
-    count = max(labels) + 1
-    if min(labels) < 0:
-        raise ValueError(f"Labels must be 0..num_labels-1, found {min(labels)}.")
-    if args.class_names is not None:
-        if count > len(args.class_names):
-            raise ValueError(f"Label {count - 1} has no name: `class_names` lists {len(args.class_names)}.")
-        names = list(args.class_names)
-    elif count == 2:
-        names = ["NEGATIVE", "POSITIVE"]
-    else:
-        names = [f"LABEL_{i}" for i in range(count)]
-    return dict(enumerate(names)), {name: i for i, name in enumerate(names)}
-
-
-def encode_head_tail(tokenizer, texts: list[str], max_length: int, head_tokens: int) -> list[list[int]]:
-    """Tokenize; a text longer than ``max_length`` keeps its first ``head_tokens`` and its last tokens
-    (``LongText`` with ``head_tail``: the reading pre-training, training and the pipeline share)."""
-    reading = LongText("head_tail", max_length, head_tokens)
-    return [views[0] for views in encode_long_texts(tokenizer, texts, reading)]
-
-
-def classification_metrics(predictions: np.ndarray, labels: np.ndarray, num_labels: int) -> dict[str, float]:
-    """Accuracy, macro F1 (binary F1 of the positive class for two labels) and the confusion matrix."""
-    confusion = np.zeros((num_labels, num_labels), dtype=np.int64)
-    np.add.at(confusion, (labels, predictions), 1)
-    true_positive = np.diag(confusion).astype(np.float64)
-    precision = true_positive / np.maximum(confusion.sum(axis=0), 1)
-    recall = true_positive / np.maximum(confusion.sum(axis=1), 1)
-    f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0.0)
-    metrics = {"accuracy": float(true_positive.sum() / max(len(labels), 1))}
-    metrics["f1"] = float(f1[1]) if num_labels == 2 else float(f1.mean())
-    metrics["confusion_matrix"] = confusion.tolist()
-    return metrics
-
-
-def plot_confusion_matrix(confusion: list[list[int]], names: list[str], path: Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    matrix = np.asarray(confusion)
-    figure, axis = plt.subplots(figsize=(4.5, 4), dpi=120)
-    axis.imshow(matrix, cmap="Blues")
-    axis.set_xticks(range(len(names)), names, rotation=30)
-    axis.set_yticks(range(len(names)), names)
-    axis.set_xlabel("predicted")
-    axis.set_ylabel("true")
-    for (row, column), value in np.ndenumerate(matrix):
-        color = "white" if value > matrix.max() / 2 else "black"
-        axis.text(column, row, f"{value:,}", ha="center", va="center", color=color)
-    axis.set_title(title)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
-    return path
-
-
-def write_json(path: Path, payload: dict) -> None:
-    path.write_text(json.dumps(payload, indent=2))
-
-
-__all__ = [
-    "ClassificationArguments",
-    "load_classification_arguments",
-    "clean_text",
-    "encode_head_tail",
-    "classification_metrics",
-    "plot_confusion_matrix",
-    "load_labelled",
-    "split_validation",
-    "label_maps",
-]
+__all__ = ["ENCODER_MODEL", "ClassificationArguments", "load_classification_arguments"]

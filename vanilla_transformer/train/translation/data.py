@@ -1,64 +1,16 @@
-"""Parallel text through ``datasets``: the built-in synthetic task, local JSON Lines or text files, or a
-Hub data set, normalised to one layout: columns ``source`` and ``target``. Also what both tasks share:
-where relative data files are read from, and the saved-or-trained BPE tokenizer.
-
-Bad input fails early with the file and the problem named, before anything is written.
-"""
+"""Translation data: ``source`` / ``target`` pairs from JSON Lines, parallel text files, a Hub data set or
+the built-in synthetic task, and their tokenization."""
 
 from __future__ import annotations
 
 import gzip
-import os
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict, load_dataset
-from transformers import AutoTokenizer
 
-from ..tokenization import train_bpe_tokenizer
 from .synthetic import synthetic_pairs
 
 SPLITS = ("train", "validation", "test")
-
-
-def data_dir(flag: str | None = None) -> Path | None:
-    """The shared data folder: a flag, else ``$VT_DATA_DIR``, else None."""
-    value = flag or os.environ.get("VT_DATA_DIR")
-    return Path(value) if value else None
-
-
-def data_path(value: str | None, folder: str | None = None) -> str | None:
-    """A data file's path: absolute, or relative to ``folder`` (a recipe's ``data_dir``) or
-    ``$VT_DATA_DIR`` when either is set."""
-    if value is None:
-        return None
-    root = data_dir(folder)
-    return str(root / value) if root is not None and not Path(value).is_absolute() else value
-
-
-def load_or_train_tokenizer(
-    saved: Sequence[str | Path | None],
-    texts: Iterable[str],
-    save_to: str | Path,
-    vocab_size: int,
-    model_max_length: int,
-    extra_special_tokens: tuple[str, ...] = (),
-    lowercase: bool = False,
-):
-    """The tokenizer of the first folder in ``saved`` that holds one (a resumed run, a pre-trained
-    model), else a BPE tokenizer trained on ``texts`` (read only then) and saved to ``save_to``."""
-    for folder in saved:
-        if folder is not None and (Path(folder) / "tokenizer.json").is_file():
-            return AutoTokenizer.from_pretrained(folder)
-    tokenizer = train_bpe_tokenizer(
-        texts,
-        vocab_size=vocab_size,
-        model_max_length=model_max_length,
-        extra_special_tokens=extra_special_tokens,
-        lowercase=lowercase,
-    )
-    tokenizer.save_pretrained(save_to)
-    return tokenizer
 
 
 def load_translation_splits(
@@ -168,11 +120,4 @@ def tokenize_pairs(data: Dataset, tokenizer, max_source_length: int, max_target_
     return data.map(encode, batched=True, remove_columns=data.column_names, desc="Tokenizing")
 
 
-__all__ = [
-    "load_translation_splits",
-    "tokenize_pairs",
-    "data_dir",
-    "data_path",
-    "load_or_train_tokenizer",
-    "SPLITS",
-]
+__all__ = ["load_translation_splits", "tokenize_pairs"]

@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from pathlib import Path
 
 import sacrebleu
 import torch
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tqdm.auto import tqdm
 from transformers.utils import logging
+
+from ...loading import load_saved_model
 
 logger = logging.get_logger(__name__)
 
@@ -131,4 +134,65 @@ def bleu_metric(tokenizer, target_lang: str = "en"):
     return compute_metrics
 
 
-__all__ = ["translate", "bleu_scores", "bleu_metric", "moses_lowercase_tokenize"]
+def set_decoding(generation_config, num_beams: int, length_penalty: float) -> None:
+    """The recipe's decoding (§6.1: beam 4, alpha 0.6) in the generation config saved with the model.
+    Greedy search (``num_beams: 1``) has no length penalty or early stopping: both go back to their
+    defaults, which transformers requires of a valid greedy config."""
+    if num_beams < 1:
+        raise ValueError(f"The beam size (`num_beams`) must be at least 1, got {num_beams}.")
+    generation_config.num_beams = num_beams
+    beam = num_beams > 1
+    generation_config.length_penalty = length_penalty if beam else 1.0
+    generation_config.early_stopping = generation_config.early_stopping if beam else False
+
+
+def evaluate_folder(
+    model_dir: str | Path,
+    split,
+    args,
+    hypotheses_file: Path,
+    tokenized_references: str | None = None,
+    num_beams: int | None = None,
+    length_penalty: float | None = None,
+):
+    """A saved model folder on a split: :func:`evaluate_split` with the folder's generation config, or
+    with ``num_beams`` / ``length_penalty`` in its place (the folder is not changed). Returns both BLEUs
+    and the decoding used, and three samples."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model = load_saved_model(str(model_dir), AutoModelForSeq2SeqLM).eval()
+    decoding = model.generation_config
+    if num_beams is not None or length_penalty is not None:
+        set_decoding(
+            decoding,
+            decoding.num_beams if num_beams is None else num_beams,
+            decoding.length_penalty if length_penalty is None else length_penalty,
+        )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    scores, samples = evaluate_split(model, tokenizer, split, args, hypotheses_file, tokenized_references)
+    return {**scores, "num_beams": decoding.num_beams, "length_penalty": decoding.length_penalty}, samples
+
+
+def evaluate_split(
+    model, tokenizer, split, args, hypotheses_file: Path, tokenized_references: str | None = None
+):
+    """Translate a whole split with the generation config, write the hypotheses, score both BLEUs."""
+    hypotheses = translate(model, tokenizer, split["source"], args.eval_batch_size, progress=True)
+    hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    official = None
+    if tokenized_references:
+        official = Path(tokenized_references).read_text(encoding="utf-8").splitlines()
+    scores = bleu_scores(hypotheses, split["target"], args.target_lang, official)
+    samples = list(zip(split["source"][:3], hypotheses[:3], split["target"][:3], strict=True))
+    return scores, samples
+
+
+__all__ = [
+    "translate",
+    "bleu_scores",
+    "bleu_metric",
+    "moses_lowercase_tokenize",
+    "set_decoding",
+    "evaluate_folder",
+    "evaluate_split",
+]

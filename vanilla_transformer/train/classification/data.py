@@ -1,0 +1,162 @@
+"""Classification data: labelled files checked row by row, the validation texts held out of the training
+file, label names, the texts as the classifier reads them, and pre-training's corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, load_dataset
+
+from ...classification_pipeline import LongText, clean_text, encode_long_texts
+from ..common.data import data_path
+from .arguments import ClassificationArguments
+
+
+def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
+    """Read a labelled split and check it: both columns present, no empty text, integer labels."""
+    if args.dataset != "json":
+        return load_dataset(args.dataset, split=file)  # the path users with network take
+    path = data_path(file, args.data_dir)
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"No such data file: {path}")
+    data = load_dataset("json", data_files=path, split="train")
+    for column in (args.text_column, args.label_column):
+        if column not in data.column_names:
+            raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
+    for index, (text, label) in enumerate(zip(data[args.text_column], data[args.label_column], strict=True)):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{path}: row {index} has an empty {args.text_column!r}.")
+        if not isinstance(label, int) or isinstance(label, bool):
+            raise ValueError(
+                f"{path}: row {index} has {args.label_column!r}={label!r}; labels must be integers."
+            )
+    return data
+
+
+def split_validation(data: Dataset, size: float, seed: int, text_column: str) -> tuple[Dataset, Dataset]:
+    """Hold out part of a training file for validation: ``(train, validation)``, the same for the same
+    ``seed``. ``size`` counts distinct texts (>= 1) or is a fraction of them (< 1). A text that occurs
+    more than once (IMDB's train file repeats 96 reviews) lies on one side only, so no validation text is
+    ever trained on; the test file is not read."""
+    texts = [clean_text(text) for text in data[text_column]]
+    distinct = list(dict.fromkeys(texts))  # first-seen order: deterministic
+    count = int(size) if size >= 1 else round(size * len(distinct))
+    if not 0 < count < len(distinct):
+        raise ValueError(
+            f"`validation_size`={size!r} holds out {count} of {len(distinct)} distinct training texts; "
+            "it must leave at least one on each side."
+        )
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    held_out = {distinct[i] for i in order[:count]}
+    inside = np.fromiter((text in held_out for text in texts), dtype=bool, count=len(texts))
+    return data.select(np.flatnonzero(~inside)), data.select(np.flatnonzero(inside))
+
+
+def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[int, str], dict[str, int]]:
+    """id2label/label2id: the given names, else NEGATIVE/POSITIVE for 0/1 data, else LABEL_i."""
+    count = max(labels) + 1
+    if min(labels) < 0:
+        raise ValueError(f"Labels must be 0..num_labels-1, found {min(labels)}.")
+    if args.class_names is not None:
+        if count > len(args.class_names):
+            raise ValueError(f"Label {count - 1} has no name: `class_names` lists {len(args.class_names)}.")
+        names = list(args.class_names)
+    elif count == 2:
+        names = ["NEGATIVE", "POSITIVE"]
+    else:
+        names = [f"LABEL_{i}" for i in range(count)]
+    return dict(enumerate(names)), {name: i for i, name in enumerate(names)}
+
+
+def encode_texts(
+    dataset: Dataset, tokenizer, args: ClassificationArguments, reading: LongText, with_labels: bool
+):
+    """Each text as the rows the classifier reads (one, or one per window), with ``owner``: the index of
+    the row's text, so a text's views can be averaged (``average_logits``)."""
+
+    def encode(batch, indices):
+        out = {"input_ids": [], "owner": []} | ({"labels": []} if with_labels else {})
+        texts_views = encode_long_texts(tokenizer, batch[args.text_column], reading)
+        for row, (index, views) in enumerate(zip(indices, texts_views, strict=True)):
+            out["input_ids"] += views
+            out["owner"] += [index] * len(views)
+            if with_labels:
+                out["labels"] += [batch[args.label_column][row]] * len(views)
+        out["attention_mask"] = [[1] * len(ids) for ids in out["input_ids"]]
+        return out
+
+    return dataset.map(
+        encode, batched=True, with_indices=True, remove_columns=dataset.column_names, desc="Tokenizing"
+    )
+
+
+def subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
+    dataset = dataset.shuffle(seed=seed)  # IMDB rows are grouped by label
+    return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
+
+
+def training_and_validation(args: ClassificationArguments, seed: int) -> tuple[Dataset, Dataset]:
+    """``(train, validation)``: ``validation_file``, or the ``validation_size`` texts held out of the
+    training file by ``seed``. The one split every stage uses: pre-training leaves these texts out,
+    fine-tuning validates on them and ``classify evaluate --split validation`` scores them (the split is
+    drawn from the file as it is, before any shuffling, so all three agree)."""
+    train = load_labelled(args, args.train_file)
+    if args.validation_file:
+        return train, load_labelled(args, args.validation_file)
+    return split_validation(train, args.validation_size, seed, args.text_column)
+
+
+def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[str], list[str]]:
+    """``(corpus, validation)``: the texts pre-training learns from and the held-out ones it may report on.
+
+    The corpus is the training file without its validation texts (``training_and_validation``, the split
+    fine-tuning validates on with the same ``validation_size`` and seed), plus ``unlabelled_files``; any
+    text that is also a validation or test text is dropped (IMDB's unlabelled file repeats 266 test
+    reviews word for word), so fine-tuning's choices and the final score stay on text pre-training never
+    saw."""
+    train, validation = training_and_validation(args, seed)
+    texts = list(train[args.text_column])
+    for file in args.unlabelled_files:
+        texts += list(
+            load_dataset("json", data_files=data_path(file, args.data_dir), split="train")[args.text_column]
+        )
+    held_out = list(validation[args.text_column])
+    excluded = {clean_text(text) for text in held_out}
+    if args.test_file:
+        excluded |= {clean_text(text) for text in load_labelled(args, args.test_file)[args.text_column]}
+    corpus = [text for text in texts if clean_text(text) not in excluded]
+    print(
+        f"Pre-training on {len(corpus):,} texts ({len(texts) - len(corpus):,} dropped: validation or test text); "
+        f"{len(held_out):,} held out."
+    )
+    return corpus, held_out
+
+
+def pretraining_dataset(texts: list[str], tokenizer, args: ClassificationArguments) -> Dataset:
+    """The rows pre-training reads. With ``pack_length``: the texts, each ending in ``</s>``, run together
+    and cut into sequences of exactly that many tokens, so no step computes on padding (what the
+    cramming recipe and ELECTRA do; the remainder of every 1,000 texts is dropped). Without: each text
+    as the classifier reads it (``long_text``, ``max_length``)."""
+    data = Dataset.from_dict({args.text_column: texts})
+    if not args.pack_length:
+        return encode_texts(data, tokenizer, args, args.reading(), with_labels=False).remove_columns("owner")
+    length, eos = args.pack_length, tokenizer.eos_token_id
+
+    def pack(batch):
+        cleaned = [clean_text(text) for text in batch[args.text_column]]
+        encoded = tokenizer(cleaned, add_special_tokens=False, verbose=False)["input_ids"]
+        stream = [token for ids in encoded for token in (*ids, eos)]
+        return {"input_ids": [stream[i : i + length] for i in range(0, len(stream) - length + 1, length)]}
+
+    return data.map(pack, batched=True, batch_size=1000, remove_columns=data.column_names, desc="Packing")
+
+
+__all__ = [
+    "load_labelled",
+    "split_validation",
+    "label_maps",
+    "training_and_validation",
+    "pretraining_texts",
+    "pretraining_dataset",
+]

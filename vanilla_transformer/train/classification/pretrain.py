@@ -1,0 +1,186 @@
+"""``classify pretrain``: the encoder pre-trained on the task's own text, as BERT's masked LM or as ELECTRA's
+discriminator (``electra.py``), with ``transformers.Trainer``; resumable, on a time budget if asked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import (
+    DataCollatorForLanguageModeling,
+    DataCollatorWithPadding,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from ...model_card import write_model_card
+from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
+from ..common.budget import TrainingClock, budget_schedule
+from ..common.precision_record import describe_precision
+from .arguments import ClassificationArguments
+from .data import pretraining_dataset, pretraining_texts
+from .electra import ElectraForPreTraining
+from .setup import (
+    budget_callbacks,
+    classification_tokenizer,
+    data_name,
+    last_checkpoint,
+    model_config,
+    precision_record,
+    write_json,
+)
+
+
+class PretrainingTrainer(Trainer):
+    """``transformers.Trainer`` for ``classify pretrain``. Each logged loss also gets ``elapsed_minutes``
+    (``TrainingClock``) and, for ELECTRA, its two parts (``mlm_loss``, ``discriminator_loss``) and the
+    ``replaced_fraction``, averaged over the updates since the last log, so that runs of different
+    objectives plot against wall-clock time. With a time budget the learning rate follows
+    ``budget_schedule``."""
+
+    PARTS = ("mlm_loss", "discriminator_loss", "replaced_fraction")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._parts = {name: [] for name in self.PARTS}
+
+    @property
+    def clock(self) -> TrainingClock | None:
+        return next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingClock)), None)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        clock = self.clock
+        if clock is None or clock.budget_minutes is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            warmup = self.args.warmup_steps
+            self.lr_scheduler = LambdaLR(
+                optimizer or self.optimizer,
+                lambda step: budget_schedule(step, self.clock.scheduled_progress(), warmup),
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(
+            model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+        )
+        if model.training:
+            for name in self.PARTS:
+                if isinstance(outputs, dict) and outputs.get(name) is not None:
+                    self._parts[name].append(outputs[name])
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            for name, values in self._parts.items():
+                if values:
+                    logs[name] = round(torch.stack(values).float().mean().item(), 4)
+                    values.clear()
+        clock = self.clock
+        if clock is not None:
+            logs["elapsed_minutes"] = round(clock.elapsed_seconds / 60, 4)
+        super().log(logs, start_time)
+
+
+def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path:
+    """``classify pretrain``: pre-train the encoder on the task's own text (``pretraining_texts``) with
+    ``objective: mlm`` (BERT's masked LM) or ``objective: electra`` (replaced-token detection, ``electra.py``).
+
+    Resumable: the same command continues from the last Trainer checkpoint in ``output_dir`` (weights,
+    optimizer, schedule, data position, random state and the minutes already trained). With
+    ``time_budget_minutes`` the learning rate decays to zero when that many minutes of training (over
+    all invocations) are spent, and training stops there. Returns the folder of the encoder to fine-tune
+    (``run_dir/mlm`` or ``run_dir/discriminator``), with its tokenizer and card."""
+    precision = precision_record(args, training)
+    print(f"Precision: {describe_precision(precision)}.")
+    set_seed(training.seed)  # the model's initial weights too (the Trainer seeds only once it is built)
+    texts, held_out = pretraining_texts(args, training.seed)
+    tokenizer = classification_tokenizer(args, texts)
+    corpus = pretraining_dataset(texts, tokenizer, args)
+    evaluate = training.eval_strategy != "no"
+    checkpoint = last_checkpoint(training.output_dir)
+    electra = args.objective == "electra"
+    if electra:
+        if tokenizer.mask_token_id is None:
+            raise ValueError(
+                f"ELECTRA needs a tokenizer with a mask token; {tokenizer.name_or_path} has none."
+            )
+        model = ElectraForPreTraining(
+            model_config(args, tokenizer),
+            mask_token_id=tokenizer.mask_token_id,
+            special_token_ids=tokenizer.all_special_ids,
+            mask_probability=args.mlm_probability,
+            generator_size=args.generator_size,
+            discriminator_weight=args.discriminator_weight,
+        )
+        collator = DataCollatorWithPadding(tokenizer)  # the model masks and samples (§2)
+    else:
+        # The head runs only at the masked positions (sparse_prediction): the loss is the same, and the
+        # (batch, length, vocabulary) logits that would dominate a small encoder's step are never built.
+        model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
+        collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
+    trainer = PretrainingTrainer(
+        model=model,
+        args=training,
+        train_dataset=corpus,
+        eval_dataset=pretraining_dataset(held_out, tokenizer, args) if evaluate else None,
+        data_collator=collator,
+        callbacks=[*budget_callbacks(args), TrainingClock.resuming(args.time_budget_minutes, checkpoint)],
+    )
+    trainer.train(resume_from_checkpoint=checkpoint)
+    # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
+    log = {"objective": args.objective, "log_history": trainer.state.log_history}
+    write_json(Path(args.run_dir) / "pretraining_log.json", log)
+    output = Path(args.run_dir) / ("discriminator" if electra else "mlm")
+    kept = model.discriminator() if electra else model
+    kept.save_pretrained(output)
+    tokenizer.save_pretrained(output)
+    _pretraining_card(args, training, trainer, kept, output, len(corpus), precision)
+    return output
+
+
+def _pretraining_card(args, training, trainer, model, folder: Path, rows: int, precision: dict) -> Path:
+    name, kind = data_name(args)
+    clock = trainer.clock
+    settings = {
+        "data": f"{name}: {rows:,} sequences"
+        + (f" of {args.pack_length} packed tokens" if args.pack_length else ""),
+        "updates": trainer.state.global_step,
+        "batch size": training.per_device_train_batch_size * training.gradient_accumulation_steps,
+        "learning rate": training.learning_rate,
+        "masking": f"{args.mlm_probability:.0%} of tokens",
+        "training time": f"{clock.elapsed_seconds / 60:.1f} min" if clock else "",
+        "precision": describe_precision(precision),
+    }
+    if args.objective == "electra":
+        settings["generator"] = (
+            f"{args.generator_size:g} of the discriminator's width; lambda {args.discriminator_weight:g}"
+        )
+        summary = (
+            "The Transformer's encoder pre-trained as ELECTRA's discriminator (replaced-token detection, Clark et "
+            "al., 2020) on the task's own text, to be fine-tuned as a classifier "
+            "(`VanillaTransformerForSequenceClassification.from_pretrained`)."
+        )
+        task, suffix = "feature-extraction", "-electra"
+    else:
+        summary = (
+            "The Transformer's encoder pre-trained as a BERT-style masked language model on the task's own text, "
+            "to be fine-tuned as a classifier."
+        )
+        task, suffix = "fill-mask", "-mlm"
+    return write_model_card(
+        folder,
+        model,
+        task=task,
+        name=Path(args.run_dir).name + suffix,
+        summary=summary,
+        results=[],
+        datasets=[] if kind == "json" else [name],
+        training=settings,
+    )
+
+
+__all__ = ["PretrainingTrainer", "pretrain"]

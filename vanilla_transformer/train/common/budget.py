@@ -1,0 +1,106 @@
+"""Time budgets of a Trainer run, as callbacks: ``TimeBudget`` ends this invocation after its minutes;
+``TrainingClock`` counts the minutes of every invocation of a run and ends it when the run's budget is
+spent, and ``budget_schedule`` is the learning-rate factor that reaches zero there."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
+
+
+class TimeBudget(TrainerCallback):
+    """Ends training after ``max_minutes`` of this invocation, saving a checkpoint first, so a budgeted
+    run stops cleanly and ``--resume``-style continuation (the Trainer's last checkpoint) picks it up."""
+
+    def __init__(self, max_minutes: float):
+        self.max_minutes = max_minutes
+        self.start = time.monotonic()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.start >= 60 * self.max_minutes:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+class TrainingClock(TrainerCallback, ExportableState):
+    """Minutes of training summed over every invocation of a run (checkpoints keep them, in
+    ``trainer_state.json``), logged with each loss as ``elapsed_minutes``. Counted from the first update
+    of an invocation, so evaluation and checkpointing between updates count too.
+
+    With ``budget_minutes`` the time-budget schedule asks it for ``scheduled_progress`` (the fraction of
+    the budget spent when the next update's learning rate is set), and training ends, with a checkpoint,
+    after the update that set it to zero."""
+
+    def __init__(self, budget_minutes: float | None = None, elapsed_seconds: float = 0.0):
+        self.budget_minutes = budget_minutes
+        self.elapsed_seconds = elapsed_seconds
+        self.last_progress = self._fraction(elapsed_seconds)
+        self._tick = None
+
+    @classmethod
+    def resuming(cls, budget_minutes: float | None, checkpoint: str | None) -> TrainingClock:
+        """A clock that goes on from the minutes recorded in ``checkpoint`` (none: from zero), with this
+        invocation's budget (a resumed run may be given more time)."""
+        elapsed = 0.0
+        if checkpoint is not None:
+            state = json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+            recorded = state.get("stateful_callbacks", {}).get(cls.__name__, {})
+            elapsed = float(recorded.get("attributes", {}).get("elapsed_seconds", 0.0))
+        return cls(budget_minutes, elapsed)
+
+    def state(self) -> dict:
+        return {
+            "args": {"budget_minutes": self.budget_minutes},
+            "attributes": {"elapsed_seconds": self.elapsed_seconds},
+        }
+
+    def _fraction(self, seconds: float) -> float:
+        return seconds / (60 * self.budget_minutes) if self.budget_minutes else 0.0
+
+    def scheduled_progress(self) -> float:
+        """The fraction of the budget spent by now (remembered: training stops once it reaches 1)."""
+        running = time.monotonic() - self._tick if self._tick is not None else 0.0
+        self.last_progress = self._fraction(self.elapsed_seconds + running)
+        return self.last_progress
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self._tick is None:
+            self._tick = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = time.monotonic()
+        self.elapsed_seconds += now - self._tick
+        self._tick = now
+        # The schedule set the next update's rate to zero (or, a safety net, the budget is 1 % overdrawn).
+        if (
+            self.budget_minutes is not None
+            and max(self.last_progress, self._fraction(self.elapsed_seconds) - 0.01) >= 1
+        ):
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+
+def budget_schedule(step: int, progress: float, warmup: float) -> float:
+    """The learning-rate factor of a run with a time budget: linear warm-up (``warmup`` < 1: over that
+    fraction of the budget; >= 1: over that many updates, as ``TrainingArguments.warmup_steps`` reads),
+    then linear decay that reaches zero when the budget is spent (``progress`` = minutes trained /
+    budget): the budget-aware schedule of "Cramming" (Geiping & Goldstein, 2023)."""
+    decay = max(0.0, 1.0 - progress)
+    if warmup >= 1:
+        return min(1.0, step / warmup) * decay
+    if progress < warmup:
+        return progress / warmup
+    return decay / (1.0 - warmup)
+
+
+__all__ = ["TimeBudget", "TrainingClock", "budget_schedule"]
