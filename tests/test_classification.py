@@ -200,8 +200,18 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     )
 
 
-def test_max_minutes_stops_training_and_saves_a_checkpoint(tmp_path):
-    args, training = arguments(tmp_path, max_minutes=0, output_dir=str(tmp_path / "trainer"))
+@pytest.mark.parametrize(
+    ("key", "named"), [("max_minutes", "`session_minutes`"), ("time_budget_minutes", "`run_minutes`")]
+)
+def test_renamed_budget_settings_are_refused_naming_the_new_ones(tmp_path, key, named):
+    """One name per budget in both tasks: the run's (``run_minutes``) and this invocation's
+    (``session_minutes``); the old keys are refused with the new names, before any work."""
+    with pytest.raises(ValueError, match=rf"--set: `{key}` .*{named}"):
+        arguments(tmp_path, **{key: 5})
+
+
+def test_session_minutes_stops_training_and_saves_a_checkpoint(tmp_path):
+    args, training = arguments(tmp_path, session_minutes=0, output_dir=str(tmp_path / "trainer"))
     results = train_classifier(args, training)
     assert results["train"]["epoch"] < 0.1  # one update of 60 planned
     assert sorted(p.name for p in (tmp_path / "trainer").iterdir() if p.name.startswith("checkpoint")) == [
@@ -210,7 +220,9 @@ def test_max_minutes_stops_training_and_saves_a_checkpoint(tmp_path):
 
 
 def test_lowercase_run_saves_a_classifier_that_reads_any_casing_alike(tmp_path):
-    args, training = arguments(tmp_path, lowercase=True, max_minutes=0, output_dir=str(tmp_path / "trainer"))
+    args, training = arguments(
+        tmp_path, lowercase=True, session_minutes=0, output_dir=str(tmp_path / "trainer")
+    )
     train_classifier(args, training)
     classify = pipeline(
         "text-classification", model=str(Path(args.run_dir) / "model"), trust_remote_code=True
@@ -336,7 +348,7 @@ def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
 
 
 def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
-    """Stopped after its first update (``max_minutes: 0`` saves a checkpoint), the masked-LM pre-training
+    """Stopped after its first update (``session_minutes: 0`` saves a checkpoint), the masked-LM pre-training
     run started again in the same folder continues from that checkpoint (the Trainer's own resume): from
     its weights, at update 2, with the learning rates of an uninterrupted run.
 
@@ -355,7 +367,7 @@ def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     folder = tmp_path / "interrupted"
     torch.manual_seed(0)
     first = record_training(monkeypatch)
-    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), max_minutes=0, **common))
+    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), session_minutes=0, **common))
     monkeypatch.undo()
     assert first.losses == pytest.approx({1: straight.losses[1]}, abs=1e-6)  # the same run, so far
     (checkpoint,) = (folder / "trainer-pretrain").glob("checkpoint-*")

@@ -253,7 +253,7 @@ def test_resuming_masked_lm_pretraining_warns_of_no_missing_tied_weight(tmp_path
         max_steps=3,
         output_dir=str(tmp_path / "trainer"),
     )
-    pretrain(*arguments(tmp_path, "pretrain", max_minutes=0, **values))  # stops after step 1, saved
+    pretrain(*arguments(tmp_path, "pretrain", session_minutes=0, **values))  # stops after step 1, saved
     assert (tmp_path / "trainer" / "checkpoint-1").is_dir()
     logger = transformers_logging.get_logger("transformers")
     verbosity = transformers_logging.get_verbosity()
@@ -577,7 +577,7 @@ def test_electra_pretraining_resumes_as_if_never_stopped(tmp_path):
     whole = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())["log_history"]
 
     resumed_dir = tmp_path / "resumed"
-    args, training = electra_arguments(resumed_dir, max_steps=6, max_minutes=0)
+    args, training = electra_arguments(resumed_dir, max_steps=6, session_minutes=0)
     pretrain(args, training)  # one update, then a checkpoint
     saved = json.loads((Path(training.output_dir) / "checkpoint-1" / "trainer_state.json").read_text())
     args, training = electra_arguments(resumed_dir, max_steps=6)
@@ -604,12 +604,12 @@ def test_budget_schedule_warms_up_then_reaches_zero_at_the_budget():
 
 
 def test_time_budget_ends_pretraining_with_the_learning_rate_at_zero(tmp_path):
-    """`time_budget_minutes`: each update's learning rate follows the budget schedule of the minutes
+    """`run_minutes`: each update's learning rate follows the budget schedule of the minutes
     trained so far, training stops (with a checkpoint) once it reaches zero, right at the budget, and
     running the command again goes on from the minutes the checkpoint recorded (the budget counts every
     invocation): one more update, at learning rate zero."""
     budget, peak = 0.05, 0.001  # minutes; learning rate (logged: the rate an update ran at)
-    values = dict(max_steps=100000, time_budget_minutes=budget, save_strategy="no", learning_rate=peak)
+    values = dict(max_steps=100000, run_minutes=budget, save_strategy="no", learning_rate=peak)
     args, training = electra_arguments(tmp_path, **values)
     pretrain(args, training)
     log_file = Path(args.run_dir) / "pretraining_log.json"

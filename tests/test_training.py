@@ -201,9 +201,9 @@ def test_cooldown_takes_eq3_linearly_to_zero_over_the_last_fraction_of_the_budge
 
 
 def test_cooldown_counts_the_minutes_budget_when_it_is_further_along():
-    """With ``max_minutes`` the fraction spent is the larger of updates/max_steps and minutes/max_minutes:
+    """With ``run_minutes`` the fraction spent is the larger of updates/max_steps and minutes/run_minutes:
     a run resumed after 6 of its 10 minutes has spent 60 % of its budget whatever its step count."""
-    args = load_arguments(None, {**TINY_RUN, "max_steps": 1000, "max_minutes": 10, "lr_cooldown": 0.5})
+    args = load_arguments(None, {**TINY_RUN, "max_steps": 1000, "run_minutes": 10, "lr_cooldown": 0.5})
     clock = Clock(args, RunState(step=20, elapsed_seconds=360.0))
     single = types.SimpleNamespace(num_processes=1)
     assert clock.spent(20, single) == pytest.approx(0.6, abs=1e-3)
@@ -332,6 +332,34 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, precision):
     assert [got[s] for s in (4, 5, 6)] == pytest.approx([expected[s] for s in (4, 5, 6)], abs=1e-6)
     assert [p.name for p in checkpoint_dirs(resumed / "checkpoints")] == ["step-00000003", "step-00000006"]
     assert not (resumed / "checkpoints" / ".tmp-step-00000004").exists()
+
+
+def test_session_minutes_stops_the_invocation_and_resume_finishes_the_run(tmp_path):
+    """``session_minutes: 0`` ends this invocation after its first update, with a checkpoint and no final
+    model; the same run resumed goes on from there to the losses of the uninterrupted run."""
+    settings = dict(save_every=100, model={"dropout": 0.1})
+    _, straight = run(tmp_path, "straight", max_steps=4, **settings)
+    stopped, folder = run(tmp_path, "sessions", max_steps=4, session_minutes=0, **settings)
+    assert stopped["stopped"] == "session_minutes" and stopped["updates"] == 1
+    assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["step-00000001"]
+    assert not (folder / "model").exists() and not (folder / "results.json").exists()
+    finished, _ = run(tmp_path, "sessions", max_steps=4, resume=True, **settings)
+    assert finished["updates"] == 4 and "test" in finished
+    expected, got = logged_losses(straight), logged_losses(folder)
+    assert [got[s] for s in (1, 2, 3, 4)] == pytest.approx([expected[s] for s in (1, 2, 3, 4)], abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("key", "named"),
+    [("max_minutes", "`run_minutes`"), ("time_budget_minutes", "`run_minutes`")],
+)
+def test_renamed_budget_settings_are_refused_naming_the_new_ones(tmp_path, key, named):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"{key}: 10\n")
+    with pytest.raises(ValueError, match=rf"recipe.yaml: `{key}` .*{named}"):
+        load_arguments(str(recipe))
+    with pytest.raises(ValueError, match=rf"--set: `{key}` .*{named}"):
+        load_arguments(None, {key: 10})
 
 
 def test_keeps_only_the_last_k_checkpoints(tmp_path):

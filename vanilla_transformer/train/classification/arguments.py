@@ -151,15 +151,18 @@ class ClassificationArguments:
     discriminator_weight: float = field(
         default=50.0, metadata={"help": "electra: lambda, the weight of the discriminator's loss (Eq. 3)."}
     )
-    max_minutes: float | None = field(
-        default=None,
-        metadata={"help": "Stop training (and save) after this many minutes of this invocation."},
-    )
-    time_budget_minutes: float | None = field(
+    session_minutes: float | None = field(
         default=None,
         metadata={
-            "help": "pretrain: minutes of training over all invocations of the run; the learning rate decays "
-            "linearly to zero there (after warmup_steps) and training stops (and saves)."
+            "help": "Stop this invocation after this many minutes, with a checkpoint; the same command "
+            "continues the run."
+        },
+    )
+    run_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "pretrain: the run's budget, minutes of training over all its invocations; the learning "
+            "rate decays linearly to zero there (after warmup_steps) and training stops (and saves)."
         },
     )
     run_dir: str = "runs/imdb-classifier"
@@ -186,7 +189,7 @@ class ClassificationArguments:
             raise ValueError(f"`generator_size` must lie in (0, 1], got {self.generator_size!r}.")
         if not self.discriminator_weight > 0:
             raise ValueError(f"`discriminator_weight` must be positive, got {self.discriminator_weight!r}.")
-        for name in ("max_minutes", "time_budget_minutes"):
+        for name in ("session_minutes", "run_minutes"):
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise ValueError(f"`{name}` must not be negative, got {value!r}.")

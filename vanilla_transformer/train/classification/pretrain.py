@@ -91,7 +91,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
 
     Resumable: the same command continues from the last Trainer checkpoint in ``output_dir`` (weights,
     optimizer, schedule, data position, random state and the minutes already trained). With
-    ``time_budget_minutes`` the learning rate decays to zero when that many minutes of training (over
+    ``run_minutes`` the learning rate decays to zero when that many minutes of training (over
     all invocations) are spent, and training stops there. Returns the folder of the encoder to fine-tune
     (``run_dir/mlm`` or ``run_dir/discriminator``), with its tokenizer and card."""
     precision = precision_record(args, training)
@@ -128,7 +128,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
         train_dataset=corpus,
         eval_dataset=pretraining_dataset(held_out, tokenizer, args) if evaluate else None,
         data_collator=collator,
-        callbacks=[*budget_callbacks(args), TrainingClock.resuming(args.time_budget_minutes, checkpoint)],
+        callbacks=[*budget_callbacks(args), TrainingClock.resuming(args.run_minutes, checkpoint)],
     )
     trainer.train(resume_from_checkpoint=checkpoint)
     # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.

@@ -20,7 +20,7 @@ from .arguments import ClassificationArguments
 
 
 def budget_callbacks(args: ClassificationArguments) -> list[TrainerCallback]:
-    return [TimeBudget(args.max_minutes)] if args.max_minutes is not None else []
+    return [TimeBudget(args.session_minutes)] if args.session_minutes is not None else []
 
 
 def classification_tokenizer(args: ClassificationArguments, texts: list[str]):

@@ -14,18 +14,18 @@ from transformers.trainer_callback import ExportableState
 
 
 class TimeBudget(TrainerCallback):
-    """Ends training after ``max_minutes`` of this invocation, saving a checkpoint first, so a budgeted
+    """Ends training after ``minutes`` of this invocation (``session_minutes``), saving a checkpoint first, so a budgeted
     run stops cleanly and ``--resume``-style continuation (the Trainer's last checkpoint) picks it up."""
 
-    def __init__(self, max_minutes: float):
-        self.max_minutes = max_minutes
+    def __init__(self, minutes: float):
+        self.minutes = minutes
         self.start = time.monotonic()
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
 
     def on_step_end(self, args, state, control, **kwargs):
-        if time.monotonic() - self.start >= 60 * self.max_minutes:
+        if time.monotonic() - self.start >= 60 * self.minutes:
             control.should_training_stop = True
             control.should_save = True
         return control

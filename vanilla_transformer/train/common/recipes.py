@@ -104,6 +104,15 @@ def apply_overrides(values: Mapping, overrides: Mapping | None, default_model: d
     return values
 
 
+# Settings that were renamed, with what to write instead: refused with that message rather than as unknown.
+RENAMED_SETTINGS = {
+    "max_minutes": "`max_minutes` is gone (translation read it as the whole run's budget, classification as "
+    "this invocation's): set `run_minutes` for the run's budget over all its invocations (the schedule ends "
+    "there) or `session_minutes` to stop this invocation, with a checkpoint, after that many minutes.",
+    "time_budget_minutes": "`time_budget_minutes` is now `run_minutes` (the run's budget over all invocations).",
+}
+
+
 def parse_settings(
     values: dict,
     dataclass_types: tuple,
@@ -116,6 +125,9 @@ def parse_settings(
     An unknown key is refused with the recipe file (or ``--set``) named; an error raised while building
     the dataclasses (a bad value, an unknown model field) is prefixed with where the settings came from."""
     known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls) if f.init}
+    for key in sorted(set(values) & set(RENAMED_SETTINGS) - known):
+        where = recipe if key in (from_file or {}) else "--set"
+        raise ValueError(f"{where}: {RENAMED_SETTINGS[key]}")
     unknown = sorted(set(values) - known)
     if unknown:
         in_file = [key for key in unknown if key in (from_file or {})]

@@ -102,7 +102,7 @@ class Study:
         """The ``--set`` values of ``row``'s training command: shared settings, the row's, its folder."""
         values = {**self.settings, **row.overrides, "output_dir": str(output / row.name)}
         if minutes is not None:  # a wall-clock budget per row replaces the shared number of updates
-            values |= {"max_minutes": minutes, "max_steps": 10**9}
+            values |= {"run_minutes": minutes, "max_steps": 10**9}
         return values
 
 

@@ -79,15 +79,26 @@ class TranslationTrainingArguments:
     )
     max_steps: int = 800
     max_epochs: int | None = None
-    max_minutes: float | None = field(
-        default=None, metadata={"help": "Stop cleanly after this wall-clock budget."}
+    run_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "The run's wall-clock budget over all its invocations: it stops cleanly there (and "
+            "lr_cooldown ends there)."
+        },
+    )
+    session_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop this invocation after this many minutes, with a checkpoint; the same command "
+            "with resume=true continues the run."
+        },
     )
     warmup_steps: int = 400
     lr_scale: float = 1.0
     lr_cooldown: float = field(
         default=0.0,
         metadata={
-            "help": "Departure from Eq. 3 (0: none). The last fraction of the run's budget (max_minutes, "
+            "help": "Departure from Eq. 3 (0: none). The last fraction of the run's budget (run_minutes, "
             "else max_steps) over which the rate of Eq. 3 falls linearly to zero, e.g. 0.2."
         },
     )

@@ -111,6 +111,8 @@ def train(args: TranslationTrainingArguments) -> dict:
     start_logging(run)
     clock = Clock(args, state)
     update_loop(run, state, clock)
+    if not clock.out_of_budget(state):  # session_minutes ended this invocation, not the run
+        return stop_session(run, state, clock)
     return finish(run, state, clock.minutes())
 
 
@@ -322,7 +324,9 @@ def start_logging(run: Run) -> None:
 
 
 class Clock:
-    """The run's wall-clock time (a resumed run counts its earlier sessions) and its budgets."""
+    """The run's wall-clock time (a resumed run counts its earlier sessions) and its budgets: the run's
+    (``max_steps``, ``max_epochs``, ``run_minutes`` over all invocations) and this invocation's
+    (``session_minutes``)."""
 
     def __init__(self, args: TranslationTrainingArguments, state: RunState):
         self.args = args
@@ -336,18 +340,23 @@ class Clock:
         return self.elapsed() / 60
 
     def out_of_budget(self, state: RunState) -> bool:
-        """Updates, epochs or minutes used up."""
+        """The run's updates, epochs or minutes used up."""
         args = self.args
-        over_time = args.max_minutes is not None and self.elapsed() > 60 * args.max_minutes
+        over_time = args.run_minutes is not None and self.elapsed() > 60 * args.run_minutes
         over_epochs = args.max_epochs is not None and state.epoch >= args.max_epochs
         return state.step >= args.max_steps or over_time or over_epochs
 
+    def session_over(self) -> bool:
+        """This invocation's ``session_minutes`` used up."""
+        minutes = self.args.session_minutes
+        return minutes is not None and time.time() - self.session_start > 60 * minutes
+
     def spent(self, steps: int, accelerator: Accelerator) -> float:
-        """The fraction of the budget spent after ``steps`` updates: of max_steps, or of max_minutes if
+        """The fraction of the budget spent after ``steps`` updates: of max_steps, or of run_minutes if
         that is further along. The same on every process (the largest), so their learning rates agree."""
         fraction = steps / self.args.max_steps
-        if self.args.max_minutes is not None:
-            fraction = max(fraction, self.elapsed() / (60 * self.args.max_minutes))
+        if self.args.run_minutes is not None:
+            fraction = max(fraction, self.elapsed() / (60 * self.args.run_minutes))
         if accelerator.num_processes > 1:
             fraction = accelerator.reduce(torch.tensor(fraction, device=accelerator.device), "max").item()
         return fraction
@@ -356,8 +365,10 @@ class Clock:
         """Time left until whichever budget ends first: updates (at this session's rate) or minutes."""
         rate = (state.step - self.session_first_step) / max(time.time() - self.session_start, 1e-9)
         left = (self.args.max_steps - state.step) / max(rate, 1e-9)
-        if self.args.max_minutes is not None:
-            left = min(left, 60 * self.args.max_minutes - self.elapsed())
+        if self.args.run_minutes is not None:
+            left = min(left, 60 * self.args.run_minutes - self.elapsed())
+        if self.args.session_minutes is not None:
+            left = min(left, 60 * self.args.session_minutes - (time.time() - self.session_start))
         return f"{max(left, 0) / 60:.1f}min"
 
 
@@ -415,7 +426,7 @@ def update_loop(run: Run, state: RunState, clock: Clock) -> None:
         if not done:
             state.epoch += 1
             state.batches_in_epoch = 0
-            done = clock.out_of_budget(state)
+            done = clock.out_of_budget(state) or clock.session_over()
     progress.close()
 
 
@@ -481,9 +492,10 @@ def after_update(run: Run, state: RunState, clock: Clock, window: LossWindow, pr
     if state.step % args.log_every == 0:
         log_training(run, state, window.take(run.accelerator), progress, clock)
     finished = clock.out_of_budget(state)
+    stopping = finished or clock.session_over()  # the run's end, or this invocation's (session_minutes)
     if run.valid_loader is not None and (state.step % args.eval_every == 0 or finished):
         validate(run, state, clock)
-    if state.step % args.save_every == 0 or finished:
+    if state.step % args.save_every == 0 or stopping:
         state.elapsed_seconds = clock.elapsed()
         save_checkpoint(
             run.accelerator,
@@ -494,7 +506,7 @@ def after_update(run: Run, state: RunState, clock: Clock, window: LossWindow, pr
             asdict(state),
             args.keep_last,
         )
-    return finished
+    return stopping
 
 
 def log_training(run: Run, state: RunState, metrics: dict, progress, clock: Clock) -> None:
@@ -598,6 +610,19 @@ def finish(run: Run, state: RunState, training_minutes: float) -> dict:
     accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
+
+
+def stop_session(run: Run, state: RunState, clock: Clock) -> dict:
+    """The end of an invocation that ``session_minutes`` stopped before the run's end: its checkpoint is
+    saved; the same command with ``resume=true`` continues the run from it."""
+    run.accelerator.print(
+        f"Stopped after session_minutes={run.args.session_minutes} at update {state.step} "
+        f"({clock.minutes():.1f} minutes of the run so far); the checkpoint is in {run.checkpoints}. "
+        "Run the same command with `--set resume=true` to continue."
+    )
+    run.accelerator.wait_for_everyone()
+    run.accelerator.end_training()
+    return {"updates": state.step, "training_minutes": clock.minutes(), "stopped": "session_minutes"}
 
 
 def peak_memory_mib(device: torch.device) -> dict[str, float]:
