@@ -21,6 +21,7 @@ from vanilla_transformer.tokenization import MASK_TOKEN, train_bpe_tokenizer
 from vanilla_transformer.train.classification import finetune as finetune_stage
 from vanilla_transformer.train.classification import pretrain as pretrain_stage
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
+from vanilla_transformer.train.classification.data import pretraining_texts
 from vanilla_transformer.train.classification.evaluate import classification_metrics, evaluate_classifier
 from vanilla_transformer.train.classification.finetune import train_classifier
 from vanilla_transformer.train.classification.pretrain import pretrain
@@ -439,3 +440,35 @@ def test_plain_script_reports_bad_labels_by_name(tmp_path):
     assert done.returncode != 0
     assert "three.jsonl.gz: labels [2] are outside the model's num_labels=2" in done.stderr
     assert not (folder / "eval_results.json").exists()  # nothing written
+
+
+def test_imdb_hub_layout_trains_scores_and_feeds_pretraining_its_unsupervised_split(tmp_path):
+    """``stanfordnlp/imdb``'s layout (splits train / test / unsupervised, columns text / label, label -1
+    for unlabelled text), read through the ``load_dataset`` call a Hub id takes (a local parquet folder
+    here): fine-tuning trains and scores its test split, pre-training reads its unsupervised split."""
+    import pandas as pd
+
+    folder = tmp_path / "imdb"
+    folder.mkdir()
+    for split, n, seed in (("train", 240, 0), ("test", 60, 1)):
+        rows = [
+            json.loads(line) for line in gzip.open(write_reviews(tmp_path / f"{split}.gz", n, seed), "rt")
+        ]
+        pd.DataFrame(rows).to_parquet(folder / f"{split}.parquet")
+    pd.DataFrame(
+        {"text": ["an unlabelled wonderful review", "an unlabelled awful review"], "label": [-1, -1]}
+    ).to_parquet(folder / "unsupervised.parquet")
+    # The data set's card declares its splits, as stanfordnlp/imdb's does on the Hub.
+    splits = "".join(
+        f"  - split: {name}\n    path: {name}.parquet\n" for name in ("train", "test", "unsupervised")
+    )
+    (folder / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: plain_text\n  data_files:\n{splits}---\n"
+    )
+    hub = dict(dataset=str(folder), train_file="train", test_file="test", unlabelled_files=["unsupervised"])
+    args, training = arguments(tmp_path, **hub)
+    results = train_classifier(args, training)
+    assert results["test"]["examples"] == 60 and results["test"]["accuracy"] > 0.9
+    corpus, held_out = pretraining_texts(args, seed=0)
+    assert "an unlabelled wonderful review" in corpus and held_out
+    assert not set(held_out) & set(corpus)

@@ -30,7 +30,13 @@ from vanilla_transformer.train.translation.checkpoints import (
     latest_checkpoint,
     spaced_checkpoints,
 )
-from vanilla_transformer.train.translation.loop import Clock, RunState, build_model_config, train
+from vanilla_transformer.train.translation.loop import (
+    Clock,
+    RunState,
+    build_model_config,
+    prepare_data,
+    train,
+)
 from vanilla_transformer.train.translation.schedule import (
     cooldown_factor,
     transformer_learning_rate,
@@ -535,9 +541,83 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
     (tmp_path / "train.en").write_text("one\n")
     from vanilla_transformer.train.translation.data import load_translation_splits
 
-    files = {"train.de": str(tmp_path / "train.de"), "train.en": str(tmp_path / "train.en")}
     with pytest.raises(ValueError, match=r"train.de has 2 lines but .*train.en has 1"):
-        load_translation_splits("text", "de", "en", files=files)
+        load_translation_splits("text", "de", "en", files={"train": str(tmp_path / "train")})
+
+
+# -- data layouts: local files and the layouts of Hub data sets --------------------------------------------
+
+LAYOUT_SPLITS = {"train": 60, "validation": 6, "test": 6}
+
+
+def _write_layout(folder: Path, layout: str) -> dict:
+    """The synthetic pairs written in one of the layouts a user brings; returns the run's data settings."""
+    import pandas as pd
+
+    folder.mkdir()
+    settings = {}
+    for offset, (split, size) in enumerate(LAYOUT_SPLITS.items()):
+        pairs = synthetic_pairs(size, seed=100 + offset)
+        if layout == "text":  # parallel files <prefix>.<lang>
+            for lang in ("en", "de"):
+                (folder / f"{split}.{lang}").write_text("\n".join(p[lang] for p in pairs) + "\n")
+            settings[f"{split}_file"] = str(folder / split)
+        elif layout == "json":  # Multi30k's JSON Lines: {"translation": {lang: text}}
+            _write_jsonl(folder / f"{split}.jsonl.gz", [{"translation": p} for p in pairs])
+            settings[f"{split}_file"] = str(folder / f"{split}.jsonl.gz")
+        elif layout == "hub-flat":  # bentrevett/multi30k: flat language columns
+            pd.DataFrame({"en": [p["en"] for p in pairs], "de": [p["de"] for p in pairs]}).to_parquet(
+                folder / f"{split}.parquet"
+            )
+        elif layout == "hub-translation":  # wmt/wmt14 de-en: a translation dict per row
+            pd.DataFrame({"translation": [dict(p) for p in pairs]}).to_parquet(folder / f"{split}.parquet")
+        elif layout == "hub-named-columns":  # other column names, given by source_column / target_column
+            pd.DataFrame(
+                {"english": [p["en"] for p in pairs], "german": [p["de"] for p in pairs]}
+            ).to_parquet(folder / f"{split}.parquet")
+            settings |= {"source_column": "english", "target_column": "german"}
+    if layout.startswith("hub"):
+        settings["dataset"] = str(folder)  # load_dataset(folder): the call a Hub id goes through
+    else:
+        settings["dataset"] = layout
+    return settings
+
+
+@pytest.mark.parametrize("layout", ["text", "json", "hub-flat", "hub-translation", "hub-named-columns"])
+def test_a_run_trains_and_scores_from_each_data_layout(tmp_path, layout):
+    """Parallel text files and JSON Lines from a recipe, and the layouts of Hub data sets read through the
+    same ``load_dataset`` call a Hub id takes (here a local folder of parquet files): each trains, saves
+    and scores the test split of exactly the pairs written."""
+    settings = _write_layout(tmp_path / "data", layout)
+    args = load_arguments(None, {**TINY_RUN, **settings, "output_dir": str(tmp_path / "out"), "max_steps": 2})
+    splits = prepare_data(args)
+    for offset, (split, size) in enumerate(LAYOUT_SPLITS.items()):
+        pairs = synthetic_pairs(size, seed=100 + offset)
+        assert splits[split]["source"] == [p["en"] for p in pairs]
+        assert splits[split]["target"] == [p["de"] for p in pairs]
+    results = train(args)
+    assert results["updates"] == 2 and 0 <= results["test"]["sacrebleu"] <= 100
+    assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
+    hypotheses = (tmp_path / "out" / "test_hypotheses.txt").read_text().splitlines()
+    assert len(hypotheses) == LAYOUT_SPLITS["test"]
+
+
+def test_missing_tokenized_references_are_named_before_training(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"tokenized_test_references.*nowhere.tok"):
+        run(tmp_path, "out", tokenized_test_references=str(tmp_path / "nowhere.tok"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_flat_rows_without_the_language_columns_are_refused_naming_the_columns(tmp_path):
+    import pandas as pd
+
+    (tmp_path / "data").mkdir()
+    pd.DataFrame({"src": ["a"], "tgt": ["b"]}).to_parquet(tmp_path / "data" / "train.parquet")
+    args = load_arguments(None, {**TINY_RUN, "dataset": str(tmp_path / "data")})
+    with pytest.raises(
+        ValueError, match=r"expected a 'translation' column or columns 'en' and 'de'.*source_column"
+    ):
+        prepare_data(args)
 
 
 def test_unknown_recipe_key_names_the_key_and_file(tmp_path):

@@ -57,7 +57,13 @@ SET_BY_CLASSIFICATION_RUN = (
 
 @dataclass
 class ClassificationArguments:
-    dataset: str = field(default="json", metadata={"help": "'json' (local files) or a Hub data set id."})
+    dataset: str = field(
+        default="json",
+        metadata={
+            "help": "'json' (local JSON Lines files) or a Hub data set id (e.g. stanfordnlp/imdb), whose "
+            "split names train_file / test_file / unlabelled_files then give (train, test, unsupervised)."
+        },
+    )
     data_dir: str | None = field(
         default=None, metadata={"help": "Folder relative files are read from ($VT_DATA_DIR)."}
     )

@@ -13,14 +13,21 @@ from ..common.data import data_path
 from .arguments import ClassificationArguments
 
 
-def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
-    """Read a labelled split and check it: both columns present, no empty text, integer labels."""
+def load_split(args: ClassificationArguments, file: str) -> tuple[Dataset, str]:
+    """A split and the name errors give it: a JSON Lines file (``dataset: json``), or the split named
+    ``file`` of a Hub data set (``stanfordnlp/imdb``: ``train``, ``test``, ``unsupervised``; a local folder
+    of data files reads the same way)."""
     if args.dataset != "json":
-        return load_dataset(args.dataset, split=file)  # the path users with network take
+        return load_dataset(args.dataset, split=file), f"{args.dataset} ({file})"
     path = data_path(file, args.data_dir)
     if not Path(path).is_file():
         raise FileNotFoundError(f"No such data file: {path}")
-    data = load_dataset("json", data_files=path, split="train")
+    return load_dataset("json", data_files=path, split="train"), path
+
+
+def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
+    """Read a labelled split and check it: both columns present, no empty text, integer labels."""
+    data, path = load_split(args, file)
     for column in (args.text_column, args.label_column):
         if column not in data.column_names:
             raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
@@ -118,9 +125,10 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     train, validation = training_and_validation(args, seed)
     texts = list(train[args.text_column])
     for file in args.unlabelled_files:
-        texts += list(
-            load_dataset("json", data_files=data_path(file, args.data_dir), split="train")[args.text_column]
-        )
+        data, where = load_split(args, file)
+        if args.text_column not in data.column_names:
+            raise ValueError(f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}.")
+        texts += list(data[args.text_column])
     held_out = list(validation[args.text_column])
     excluded = {clean_text(text) for text in held_out}
     if args.test_file:

@@ -40,11 +40,27 @@ class TranslationTrainingArguments:
         default=None,
         metadata={"help": "Folder that relative data files are read from (default: $VT_DATA_DIR)."},
     )
-    train_file: str | None = field(default=None, metadata={"help": "JSON Lines file of the training split."})
-    validation_file: str | None = field(
-        default=None, metadata={"help": "JSON Lines file of the validation split."}
+    train_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "The training split: a JSON Lines file (dataset: json, optionally .gz), or the common "
+            "prefix of two parallel text files <prefix>.<source_lang> and <prefix>.<target_lang> (dataset: text)."
+        },
     )
-    test_file: str | None = field(default=None, metadata={"help": "JSON Lines file of the test split."})
+    validation_file: str | None = field(
+        default=None, metadata={"help": "The validation split, as train_file names it."}
+    )
+    test_file: str | None = field(default=None, metadata={"help": "The test split, as train_file names it."})
+    source_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "The column of source sentences where the rows are flat (default: the one named "
+            "source_lang, as in bentrevett/multi30k); rows with a `translation` dict need none."
+        },
+    )
+    target_column: str | None = field(
+        default=None, metadata={"help": "The column of target sentences (default: the one named target_lang)."}
+    )
     tokenized_test_references: str | None = field(
         default=None,
         metadata={"help": "Official lowercased tokenized references of the test split (Multi30k tok/)."},
@@ -151,9 +167,9 @@ class TranslationTrainingArguments:
                 f"`average_last` ({self.average_last}) cannot exceed `keep_last` ({self.keep_last}): "
                 "older checkpoints are deleted."
             )
-        if self.dataset == "json" and not self.train_file:
+        if self.dataset in ("json", "text") and not self.train_file:
             raise ValueError(
-                "`dataset: json` needs `train_file` (and usually `validation_file`, `test_file`)."
+                f"`dataset: {self.dataset}` needs `train_file` (and usually `validation_file`, `test_file`)."
             )
         check_mixed_precision(self.mixed_precision)
         check_model_block(self.model, SET_BY_RUN)

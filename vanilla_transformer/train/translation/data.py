@@ -21,17 +21,22 @@ def load_translation_splits(
     dataset_config: str | None = None,
     synthetic_sizes: dict[str, int] | None = None,
     seed: int = 0,
+    columns: tuple[str | None, str | None] = (None, None),
 ) -> DatasetDict:
     """Return a ``DatasetDict`` with splits of ``{"source": str, "target": str}`` rows.
 
     Args:
-        dataset: ``"synthetic"`` (the built-in task, English -> German), ``"json"`` (JSON Lines files
-            with ``{"translation": {lang: text}}`` rows, optionally gzipped), ``"text"`` (one
-            sentence a line: ``files`` maps ``"<split>.<lang>"`` to a path), or a Hub data set id.
+        dataset: ``"synthetic"`` (the built-in task, English -> German), ``"json"`` (JSON Lines files,
+            optionally gzipped), ``"text"`` (parallel files, one sentence a line), or a Hub data set id
+            (or a local folder of data files, which ``load_dataset`` reads the same way).
         source_lang, target_lang: language keys, e.g. ``"de"`` and ``"en"``.
-        files: split -> path for ``"json"``; ``"<split>.<lang>"`` -> path for ``"text"``.
-        dataset_config: the Hub data set's configuration name (e.g. ``"de-en"``).
+        files: split -> path for ``"json"``; split -> the prefix of ``<prefix>.<lang>`` for ``"text"``.
+        dataset_config: the Hub data set's configuration name (e.g. ``"de-en"`` for ``wmt/wmt14``).
         synthetic_sizes: split -> number of examples for ``"synthetic"``.
+        columns: the source and target columns of flat rows (default: the columns named by the languages).
+
+    Rows come in either layout real data sets use: ``{"translation": {lang: text}}`` (WMT14, Multi30k's
+    JSON Lines) or flat ``{lang: text}`` columns (``bentrevett/multi30k``).
     """
     if dataset == "synthetic":
         if {source_lang, target_lang} != {"en", "de"}:
@@ -49,19 +54,22 @@ def load_translation_splits(
     if dataset == "json":
         return DatasetDict(
             {
-                split: _read_json_split(Path(path), source_lang, target_lang)
+                split: _read_json_split(Path(path), source_lang, target_lang, columns)
                 for split, path in (files or {}).items()
             }
         )
     if dataset == "text":
         return _read_text_splits(files or {}, source_lang, target_lang)
-    hub = load_dataset(dataset, dataset_config)  # the path users with network take; not exercised in tests
+    hub = load_dataset(dataset, dataset_config)  # a Hub id (network) or a local folder of data files
     return DatasetDict(
-        {split: _select_languages(data, split, source_lang, target_lang) for split, data in hub.items()}
+        {
+            split: _select_languages(data, f"{dataset} ({split})", source_lang, target_lang, columns)
+            for split, data in hub.items()
+        }
     )
 
 
-def _read_json_split(path: Path, source_lang: str, target_lang: str) -> Dataset:
+def _read_json_split(path: Path, source_lang: str, target_lang: str, columns=(None, None)) -> Dataset:
     if not path.is_file():
         raise FileNotFoundError(f"No such data file: {path}")
     opener = gzip.open if path.suffix == ".gz" else open
@@ -69,12 +77,31 @@ def _read_json_split(path: Path, source_lang: str, target_lang: str) -> Dataset:
         if not any(line.strip() for line in handle):
             raise ValueError(f"{path} is empty: no translation pairs to read.")
     data = load_dataset("json", data_files=str(path), split="train")
-    return _select_languages(data, str(path), source_lang, target_lang)
+    return _select_languages(data, str(path), source_lang, target_lang, columns)
 
 
-def _select_languages(data: Dataset, where: str, source_lang: str, target_lang: str) -> Dataset:
+def _select_languages(
+    data: Dataset, where: str, source_lang: str, target_lang: str, columns=(None, None)
+) -> Dataset:
+    """``source`` / ``target`` rows from a ``translation`` dict column or from two flat columns."""
+    source_column, target_column = columns
+    flat = (source_column or source_lang, target_column or target_lang)
+    if any(columns) or ("translation" not in data.column_names and set(flat) <= set(data.column_names)):
+        missing = [column for column in flat if column not in data.column_names]
+        if missing:
+            raise ValueError(
+                f"{where}: column(s) {', '.join(map(repr, missing))} missing; the rows have {data.column_names}."
+            )
+        return data.map(
+            lambda row: {"source": row[flat[0]], "target": row[flat[1]]},
+            remove_columns=data.column_names,
+            desc=f"Selecting {flat[0]}->{flat[1]}",
+        )
     if "translation" not in data.column_names:
-        raise ValueError(f"{where}: expected a 'translation' column, found {data.column_names}.")
+        raise ValueError(
+            f"{where}: expected a 'translation' column or columns {source_lang!r} and {target_lang!r}, found "
+            f"{data.column_names}; name others with source_column / target_column."
+        )
     first = data[0]["translation"]
     for lang in (source_lang, target_lang):
         if lang not in first:
@@ -86,15 +113,15 @@ def _select_languages(data: Dataset, where: str, source_lang: str, target_lang: 
     )
 
 
-def _read_text_splits(files: dict[str, str], source_lang: str, target_lang: str) -> DatasetDict:
-    splits = {}
-    for split in sorted({key.split(".")[0] for key in files}):
+def _read_text_splits(prefixes: dict[str, str], source_lang: str, target_lang: str) -> DatasetDict:
+    """Parallel text files: split -> ``prefix``, read from ``<prefix>.<source_lang>`` and
+    ``<prefix>.<target_lang>``, which must align line by line."""
+    splits, files = {}, {}
+    for split, prefix in prefixes.items():
         sides = {}
         for lang in (source_lang, target_lang):
-            key = f"{split}.{lang}"
-            if key not in files:
-                raise ValueError(f"Text data for split {split!r} needs a file for {key!r}.")
-            path = Path(files[key])
+            path = Path(f"{prefix}.{lang}")
+            files[f"{split}.{lang}"] = str(path)
             if not path.is_file():
                 raise FileNotFoundError(f"No such data file: {path}")
             sides[lang] = path.read_text(encoding="utf-8").splitlines()

@@ -126,6 +126,9 @@ def set_up(args: TranslationTrainingArguments) -> Run:
     splits = prepare_data(args)
     if "train" not in splits:
         raise ValueError("The data has no 'train' split.")
+    references = data_path(args.tokenized_test_references, args.data_dir)
+    if references is not None and not Path(references).is_file():  # found now, not after the training
+        raise FileNotFoundError(f"No such file (tokenized_test_references): {references}")
     with accelerator.main_process_first():
         tokenizer = translation_tokenizer(args, splits["train"])
     encoded = {
@@ -224,6 +227,7 @@ def prepare_data(args: TranslationTrainingArguments) -> DatasetDict:
         args.target_lang,
         files=files,
         dataset_config=args.dataset_config,
+        columns=(args.source_column, args.target_column),
         synthetic_sizes={
             "train": args.synthetic_train_size,
             "validation": args.synthetic_eval_size,
