@@ -127,7 +127,9 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     for file in args.unlabelled_files:
         data, where = load_split(args, file)
         if args.text_column not in data.column_names:
-            raise ValueError(f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}.")
+            raise ValueError(
+                f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}."
+            )
         texts += list(data[args.text_column])
     held_out = list(validation[args.text_column])
     excluded = {clean_text(text) for text in held_out}

@@ -59,7 +59,8 @@ class TranslationTrainingArguments:
         },
     )
     target_column: str | None = field(
-        default=None, metadata={"help": "The column of target sentences (default: the one named target_lang)."}
+        default=None,
+        metadata={"help": "The column of target sentences (default: the one named target_lang)."},
     )
     tokenized_test_references: str | None = field(
         default=None,
