@@ -469,6 +469,12 @@ def test_imdb_hub_layout_trains_scores_and_feeds_pretraining_its_unsupervised_sp
     args, training = arguments(tmp_path, **hub)
     results = train_classifier(args, training)
     assert results["test"]["examples"] == 60 and results["test"]["accuracy"] > 0.9
+    # The card says what the folder's pipeline does with a long text, and how to call it.
+    card = (Path(args.run_dir) / "model" / "README.md").read_text()
+    config = VanillaTransformerForSequenceClassification.config_class.from_pretrained(
+        Path(args.run_dir) / "model"
+    )
+    assert LongText.from_config(config).describe() in card and "truncation=True" in card
     corpus, held_out = pretraining_texts(args, seed=0)
     assert "an unlabelled wonderful review" in corpus and held_out
     assert not set(held_out) & set(corpus)

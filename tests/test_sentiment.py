@@ -204,6 +204,47 @@ def test_pipeline_predicts_what_classify_evaluate_scores_on_long_reviews(tmp_pat
     assert np.abs(first_tokens - scores).max() > 1e-3
 
 
+def test_pipeline_takes_the_standard_text_classification_arguments(tmp_path):
+    """`clf(texts, batch_size=32, truncation=True)`, as a user of any text-classification pipeline calls
+    it: the folder's own reading (what was evaluated); `max_length` sets the tokens per view for one call;
+    `padding` changes nothing; `truncation=False` refuses a text longer than the model reads, naming the
+    lengths; `top_k` and `batch_size` as usual; other tokenizer arguments are refused by name."""
+    rows = long_reviews(8, seed=3)
+    texts = [row["text"] for row in rows]
+    folder = random_classifier_folder(
+        tmp_path, texts, classifier_long_text="head_tail", classifier_head_tokens=5
+    )
+    classify = pipeline("text-classification", model=str(folder), trust_remote_code=True)
+    as_evaluated = pipeline_scores(classify, texts)
+    np.testing.assert_allclose(
+        pipeline_scores(classify, texts, batch_size=32, truncation=True, padding=True),
+        as_evaluated,
+        atol=1e-6,
+    )
+    top = classify(texts[:1], truncation=True, top_k=1)
+    assert len(top[0]) == 1 and top[0][0]["score"] == pytest.approx(as_evaluated[0].max(), abs=1e-6)
+    # max_length: the same reading with 8 tokens a view (</s> included) is what predict_texts gives for it.
+    short = LongText.from_config(classify.model.config)
+    short = LongText(short.strategy, 8, short.head_tokens, short.stride)
+    expected = torch.softmax(
+        predict_texts(classify.model, classify.tokenizer, texts, short, tmp_path / "e"), -1
+    )
+    np.testing.assert_allclose(
+        pipeline_scores(classify, texts, truncation=True, max_length=8), expected.numpy(), atol=1e-5
+    )
+    assert np.abs(pipeline_scores(classify, texts, max_length=8) - as_evaluated).max() > 1e-3
+    with pytest.raises(
+        ValueError, match=r"tokens \(</s> included\), more than max_length=16, and truncation=False"
+    ):
+        classify(texts[:1], truncation=False)
+    assert classify(["good"], truncation=False)[0]["label"] in classify.model.config.label2id
+    positions = classify.model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=rf"at most {positions} tokens, got {positions + 1}"):
+        classify(texts[:1], max_length=positions + 1)
+    with pytest.raises(ValueError, match=r"not \['stride'\]"):
+        classify(texts[:1], stride=4)
+
+
 def test_training_with_windows_validates_per_review_and_saves_the_reading(tmp_path):
     """`long_text: windows`: training reads every window, validation scores each held-out review once
     (the mean of its windows' logits, as the pipeline), and the saved config carries the reading."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers import TextClassificationPipeline
@@ -122,29 +122,71 @@ class LongTextClassificationPipeline(ChunkPipeline, TextClassificationPipeline):
     reads each text as ``config.classifier_long_text`` says: every view is a chunk (batched with
     ``batch_size``), and a text's label comes from the mean of its views' logits.
 
+    The standard arguments keep their meaning, mapped onto that reading: ``truncation=True`` (what users
+    pass for long texts) reads a long text as the model was evaluated, never beyond ``max_length`` tokens a
+    view; ``truncation=False`` refuses a text longer than ``max_length`` instead; ``max_length`` sets the
+    tokens per view (``</s>`` included) for one call; ``padding`` is accepted (views are padded to the
+    longest of a batch either way, which the attention mask makes irrelevant to the scores).
     ``long_text="windows"`` (or ``"head"``, ``"head_tail"``) reads with another strategy for one call.
     Text pairs are not taken: the classifier was trained on single texts.
     """
 
-    def _sanitize_parameters(self, function_to_apply=None, top_k="", long_text=None, **tokenizer_kwargs):
+    def _sanitize_parameters(
+        self,
+        function_to_apply=None,
+        top_k="",
+        long_text=None,
+        truncation=None,
+        max_length=None,
+        padding=None,
+        **tokenizer_kwargs,
+    ):
         if tokenizer_kwargs:
             raise ValueError(
                 f"This pipeline reads long texts as the model's config says (classifier_long_text="
-                f"{self.model.config.classifier_long_text!r}); it takes no tokenizer arguments, got "
-                f"{sorted(tokenizer_kwargs)}. Pass long_text='head' | 'head_tail' | 'windows' to change the reading."
+                f"{self.model.config.classifier_long_text!r}); of the tokenizer's arguments it takes truncation, "
+                f"max_length and padding, not {sorted(tokenizer_kwargs)}. Pass long_text='head' | 'head_tail' | "
+                "'windows' to change the reading."
             )
-        preprocess_params = {} if long_text is None else {"long_text": long_text}
+        if truncation not in (None, True, False, "longest_first", "only_first", "do_not_truncate"):
+            raise ValueError(
+                f"`truncation` must be True, False, 'longest_first' or 'only_first', got {truncation!r}."
+            )
+        if padding not in (None, True, False, "longest", "max_length", "do_not_pad"):
+            raise ValueError(f"`padding` must be True, False, 'longest' or 'max_length', got {padding!r}.")
+        preprocess_params = {
+            key: value
+            for key, value in (("long_text", long_text), ("max_length", max_length))
+            if value is not None
+        }
+        if truncation is not None:
+            preprocess_params["truncate"] = truncation not in (False, "do_not_truncate")
         _, _, postprocess_params = super()._sanitize_parameters(
             function_to_apply=function_to_apply, top_k=top_k
         )
         return preprocess_params, {}, postprocess_params
 
-    def preprocess(self, inputs, long_text: str | None = None):
+    def preprocess(self, inputs, long_text: str | None = None, max_length: int | None = None, truncate=True):
         if not isinstance(inputs, str):
             raise ValueError(
                 f"The text-classification pipeline of this model takes a string or a list of strings, got {type(inputs)}."
             )
         reading = LongText.from_config(self.model.config, long_text)
+        if max_length is not None:
+            positions = self.model.config.max_position_embeddings
+            if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length > positions:
+                raise ValueError(
+                    f"`max_length` must be an integer of at most {positions} tokens, got {max_length!r}."
+                )
+            reading = replace(reading, max_length=max_length)
+        if not truncate:
+            length = len(self.tokenizer(clean_text(inputs), add_special_tokens=False)["input_ids"]) + 1
+            if length > reading.max_length:
+                raise ValueError(
+                    f"The text has {length} tokens (</s> included), more than max_length={reading.max_length}, "
+                    f"and truncation=False. Pass truncation=True to read it as the model was evaluated "
+                    f"({reading.describe()})."
+                )
         views = encode_long_texts(self.tokenizer, [inputs], reading)[0]
         for index, ids in enumerate(views):
             yield {

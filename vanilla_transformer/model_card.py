@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from .classification_pipeline import LongText
 from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .model_tasks import auto_class_for
 
@@ -133,6 +134,7 @@ def write_model_card(
     )
     auto_class = auto_class_for(task)
     flags = "\n".join(f"- {line}" for line in deviations(config)) or "- none"
+    usage = long_text_usage(name, config) if task == "text-classification" else ""
     body = f"""
 # {name}
 
@@ -166,12 +168,26 @@ from transformers import {auto_class}, AutoTokenizer
 model = {auto_class}.from_pretrained("{name}", trust_remote_code=True)  # or a local folder
 tokenizer = AutoTokenizer.from_pretrained("{name}")
 ```
-
+{usage}
 {template_body()}"""
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
     path = Path(folder) / "README.md"
     card.save(path)
     return path
+
+
+def long_text_usage(name: str, config) -> str:
+    """What the classifier's pipeline does with a long text, and the arguments that change it."""
+    reading = LongText.from_config(config)
+    return f"""
+### Long texts
+
+`pipeline("text-classification", model="{name}", trust_remote_code=True)` reads a text longer than
+{reading.max_length} tokens as this model was evaluated: {reading.describe()}. Call it as any
+text-classification pipeline, e.g. `classify(texts, batch_size=32, truncation=True)`; `truncation=False`
+refuses such a text instead, `max_length` sets the tokens per view for one call, and
+`long_text="head" | "head_tail" | "windows"` reads it another way.
+"""
 
 
 def _transformers_version() -> str:
