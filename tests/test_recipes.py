@@ -184,3 +184,22 @@ def test_a_short_bf16_run_learns_and_its_folder_loads_and_generates_in_fp32(tmp_
     torch.testing.assert_close(translations[0], translations[1], rtol=0, atol=0)
     texts = tokenizer.batch_decode(translations[0], skip_special_tokens=True)
     assert all(text.strip() for text in texts), texts
+
+
+@pytest.mark.parametrize("installed", [True, False], ids=["tensorboard-installed", "tensorboard-absent"])
+def test_the_default_tracker_is_tensorboard_only_where_it_is_installed(monkeypatch, installed):
+    """TensorBoard is an optional extra: without it a run logs to its own files and no tracker."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (
+            (find_spec(name, *a) if installed else None) if name == "tensorboard" else find_spec(name, *a)
+        ),
+    )
+    expected = "tensorboard" if installed else "none"
+    assert load_arguments(None, {}).report_to == expected
+    _, training = load_classification_arguments(None, {}, "train")
+    assert training.report_to == ([] if expected == "none" else ["tensorboard"])

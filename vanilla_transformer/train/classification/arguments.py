@@ -30,6 +30,7 @@ from ..common.recipes import (
     apply_overrides,
     check_model_block,
     default_model_block,
+    default_tracker,
     parse_settings,
     read_recipe,
     source_name,
@@ -235,7 +236,7 @@ def load_classification_arguments(
     for key in ("bf16", "fp16"):
         if key in values:
             raise ValueError(f"{where}: set `mixed_precision` (auto | no | bf16), not `{key}`.")
-    values.setdefault("report_to", "tensorboard")
+    values.setdefault("report_to", default_tracker())
     values.setdefault(
         "output_dir", str(Path(values.get("run_dir", ClassificationArguments.run_dir)) / f"trainer-{stage}")
     )

@@ -113,6 +113,14 @@ RENAMED_SETTINGS = {
 }
 
 
+def default_tracker() -> str:
+    """TensorBoard where it is installed (``pip install "vanilla-transformer[tensorboard]"``), else no
+    tracker: the logs a run writes itself (``train_log.jsonl``, ``trainer_state.json``) need none."""
+    import importlib.util
+
+    return "tensorboard" if importlib.util.find_spec("tensorboard") is not None else "none"
+
+
 def parse_settings(
     values: dict,
     dataclass_types: tuple,

@@ -13,7 +13,7 @@ from typing import Any
 
 from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
 from ...precision import check_mixed_precision
-from ..common.recipes import SET_BY_RUN, check_model_block, parse_recipe
+from ..common.recipes import SET_BY_RUN, check_model_block, default_tracker, parse_recipe
 
 # The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
 # of CPU). A recipe's ``model:`` block replaces it whole.
@@ -144,7 +144,10 @@ class TranslationTrainingArguments:
     )
     resume: bool = False
     log_every: int = 50
-    report_to: str = field(default="tensorboard", metadata={"help": "An Accelerate tracker name, or 'none'."})
+    report_to: str = field(
+        default_factory=default_tracker,
+        metadata={"help": "An Accelerate tracker name, or 'none' (default: tensorboard where installed)."},
+    )
 
     def __post_init__(self):
         if self.max_tokens < 1:
