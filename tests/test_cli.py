@@ -256,3 +256,42 @@ def test_choose_on_validation_scores_windows_then_decodings(trained, capsys):
         results["winner"]["average_last"] == max(results["windows"], key=lambda row: row["sacrebleu"])["last"]
     )
     assert not list(trained.glob("choose-*"))  # the averaged scratch folders are removed
+
+
+def test_the_modules_usage_lines_name_only_commands_and_options_the_parser_has():
+    """The usage block at the top of cli.py is what `--help` users read first: every command it lists is
+    a subcommand, every subcommand is listed, and every --option it names exists on its command."""
+    import re
+
+    import vanilla_transformer.cli as cli
+
+    parser = cli.build_parser()
+    (subparsers,) = [action for action in parser._actions if action.choices and "train" in action.choices]
+    lines = [line for line in cli.__doc__.splitlines() if line.startswith("vanilla-transformer ")]
+    listed = {line.split()[1] for line in lines}
+    assert listed == set(subparsers.choices)
+    for line in lines:
+        command = subparsers.choices[line.split()[1]]
+        options = {option for action in command._actions for option in action.option_strings}
+        assert set(re.findall(r"--[a-z0-9-]+", line)) <= options, line
+
+
+def test_translate_takes_a_length_penalty_as_evaluate_does(trained, tmp_path):
+    """`translate --beams 2 --length-penalty A` gives what generate() gives with that alpha: a long-favouring
+    alpha differs from a short-favouring one on some sentence, and each equals generate()'s own."""
+    from vanilla_transformer.train.translation.evaluation import translate
+
+    sources = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["test"]["source"]
+    (tmp_path / "source.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(trained / "model")
+    outputs = {}
+    for alpha in ("0.0", "3.0"):
+        output = tmp_path / f"alpha{alpha}.txt"
+        main(["translate", "--model", str(trained / "model"), "--input", str(tmp_path / "source.txt"),
+              "--output", str(output), "--beams", "2", "--length-penalty", alpha])  # fmt: skip
+        outputs[alpha] = output.read_text(encoding="utf-8").splitlines()
+        assert outputs[alpha] == translate(
+            model, tokenizer, sources, num_beams=2, length_penalty=float(alpha)
+        )
+    assert outputs["0.0"] != outputs["3.0"]

@@ -368,6 +368,25 @@ def test_renamed_budget_settings_are_refused_naming_the_new_ones(tmp_path, key, 
         load_arguments(None, {key: 10})
 
 
+def test_the_progress_bar_counts_minutes_where_a_minutes_budget_ends_the_run(tmp_path, capsys):
+    """A run that ``run_minutes`` ends (its max_steps only a bound) shows minutes of that budget, with the
+    update count beside them; a run that max_steps ends counts updates."""
+    from vanilla_transformer.train.common.budget import TrainingProgress
+
+    by_minutes = TrainingProgress(10**9, 0, run_minutes=2, minutes=0.0, disable=False)
+    by_minutes.advance(5, 0.5)
+    by_minutes.set_postfix(loss="1.0")
+    assert (by_minutes.bar.n, by_minutes.bar.total) == (0.5, 2.0)
+    assert "update=5" in by_minutes.bar.postfix and "loss=1.0" in by_minutes.bar.postfix
+    by_minutes.close()
+    by_steps = TrainingProgress(800, 10, run_minutes=None, minutes=3.0, disable=False)
+    by_steps.advance(12, 3.1)
+    assert (by_steps.bar.n, by_steps.bar.total) == (12, 800)
+    by_steps.close()
+    run(tmp_path, "budgeted", max_steps=3, run_minutes=1)
+    assert "/1.0 min" in capsys.readouterr().err
+
+
 def test_keeps_only_the_last_k_checkpoints(tmp_path):
     _, folder = run(tmp_path, "run", max_steps=8, save_every=2, keep_last=2)
     assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["step-00000006", "step-00000008"]

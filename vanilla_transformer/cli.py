@@ -1,15 +1,18 @@
 """The ``vanilla-transformer`` command: thin wrappers that parse arguments and call the library.
 
 vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set model.field=value ...]
-vanilla-transformer evaluate --model DIR (--recipe FILE.yaml | --data-file FILE ...) [--output FILE]
-vanilla-transformer translate --model DIR [--input FILE] [--output FILE]
-vanilla-transformer average CHECKPOINT [CHECKPOINT ...] --output DIR
+vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE]
+vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16]
+vanilla-transformer average CHECKPOINT [CHECKPOINT ...] [--last N] --output DIR
 vanilla-transformer ablate [--recipe STUDY.yaml] [--rows A,C] [--minutes-per-row N] [--output DIR] [--print-commands | --collect]
-vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] --output DIR
+vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR]
 vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H]
-vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...]
+vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...] [--model DIR] [--file FILE] [--split test|validation]
 vanilla-transformer export-onnx --model DIR --output DIR
-vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr] [--with-demo]
+vanilla-transformer export-ct2 --model DIR --output DIR [--quantization TYPE] [--force]
+vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr] [--message TEXT] [--token TOKEN] [--with-demo]
+
+(``tests/test_cli.py`` holds these lines to the parser: every command and option named here exists.)
 """
 
 from __future__ import annotations
@@ -58,7 +61,11 @@ def cmd_translate(options) -> None:
         from .ctranslate2_export import translate_ctranslate2
 
         translations = translate_ctranslate2(
-            options.model, lines, beam_size=options.beams, batch_size=options.batch_size
+            options.model,
+            lines,
+            beam_size=options.beams,
+            length_penalty=options.length_penalty,
+            batch_size=options.batch_size,
         )
     else:
         translations = _translate_with_pytorch(options, lines)
@@ -84,6 +91,8 @@ def _translate_with_pytorch(options, lines: list[str]) -> list[str]:
     )
     tokenizer = AutoTokenizer.from_pretrained(options.model)
     kwargs = {"num_beams": options.beams} if options.beams else {}
+    if options.length_penalty is not None:
+        kwargs["length_penalty"] = options.length_penalty
     # The longest source the model was trained for (the tokenizer records it); longer lines are cut to it,
     # with a warning that names the limit.
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 10**6 else None
@@ -237,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     translate.add_argument("--output", help="Default: standard output.")
     translate.add_argument("--batch-size", type=int, default=64)
     translate.add_argument("--beams", type=int, help="Beam size (default: the model's generation config, 4).")
+    translate.add_argument(
+        "--length-penalty",
+        type=float,
+        help="Beam length penalty alpha (default: the model's generation config, 0.6).",
+    )
     translate.add_argument(
         "--engine",
         choices=["pytorch", "ctranslate2"],

@@ -14,10 +14,11 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
+from transformers.trainer_callback import ProgressCallback
 
 from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
-from ..common.budget import TrainingClock, budget_schedule
+from ..common.budget import MinutesProgressCallback, TrainingClock, budget_schedule
 from ..common.precision_record import describe_precision
 from .arguments import ClassificationArguments
 from .data import pretraining_dataset, pretraining_texts
@@ -122,14 +123,18 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
         # (batch, length, vocabulary) logits that would dominate a small encoder's step are never built.
         model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
         collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
+    clock = TrainingClock.resuming(args.run_minutes, checkpoint)
     trainer = PretrainingTrainer(
         model=model,
         args=training,
         train_dataset=corpus,
         eval_dataset=pretraining_dataset(held_out, tokenizer, args) if evaluate else None,
         data_collator=collator,
-        callbacks=[*budget_callbacks(args), TrainingClock.resuming(args.run_minutes, checkpoint)],
+        callbacks=[*budget_callbacks(args), clock],
     )
+    if args.run_minutes is not None and not training.disable_tqdm:  # the bar counts the run's minutes
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(MinutesProgressCallback(clock))
     trainer.train(resume_from_checkpoint=checkpoint)
     # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
     log = {"objective": args.objective, "log_history": trainer.state.log_history}

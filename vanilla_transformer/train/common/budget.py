@@ -8,9 +8,10 @@ import json
 import time
 from pathlib import Path
 
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
-from transformers.trainer_callback import ExportableState
+from transformers.trainer_callback import ExportableState, ProgressCallback
 
 
 class TimeBudget(TrainerCallback):
@@ -90,6 +91,70 @@ class TrainingClock(TrainerCallback, ExportableState):
         return control
 
 
+class TrainingProgress:
+    """The progress bar of a run: it counts updates towards ``max_steps``, or, for a run whose end is a
+    minutes budget (``run_minutes``), minutes towards that budget, with the updates done beside them."""
+
+    def __init__(self, max_steps: int, step: int, run_minutes: float | None, minutes: float, disable: bool):
+        self.in_minutes = run_minutes is not None
+        total, initial = (round(run_minutes, 1), round(minutes, 1)) if self.in_minutes else (max_steps, step)
+        self.bar = tqdm(
+            total=total,
+            initial=min(initial, total),
+            desc="Training",
+            unit="min" if self.in_minutes else "it",
+            bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} min [{elapsed}{postfix}]"
+            if self.in_minutes
+            else None,
+            disable=disable,
+        )
+        self.step, self.postfix = step, {}
+
+    def advance(self, step: int, minutes: float) -> None:
+        """After update ``step``, ``minutes`` into the run."""
+        self.step = step
+        if self.in_minutes:
+            self.bar.n = min(round(minutes, 1), self.bar.total)
+            self.set_postfix(**self.postfix)
+        else:
+            self.bar.update(step - self.bar.n)
+
+    def set_postfix(self, **values) -> None:
+        """Values shown after the bar (the update count too, where the bar counts minutes)."""
+        self.postfix = values
+        self.bar.set_postfix({"update": self.step, **values} if self.in_minutes else values)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class MinutesProgressCallback(ProgressCallback):
+    """The Trainer's progress bar in minutes of the run's budget (``TrainingProgress``), for a run that a
+    ``TrainingClock`` budget ends: its ``max_steps`` is only a bound."""
+
+    def __init__(self, clock: TrainingClock):
+        super().__init__()
+        self.clock = clock
+        self.progress = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        minutes = self.clock.elapsed_seconds / 60
+        disable = not state.is_world_process_zero
+        self.progress = TrainingProgress(
+            state.max_steps, state.global_step, self.clock.budget_minutes, minutes, disable
+        )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.progress.advance(state.global_step, self.clock.elapsed_seconds / 60)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        pass  # the clock's minutes and the loss go to the log; the bar shows the budget
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.close()
+
+
 def budget_schedule(step: int, progress: float, warmup: float) -> float:
     """The learning-rate factor of a run with a time budget: linear warm-up (``warmup`` < 1: over that
     fraction of the budget; >= 1: over that many updates, as ``TrainingArguments.warmup_steps`` reads),
@@ -103,4 +168,4 @@ def budget_schedule(step: int, progress: float, warmup: float) -> float:
     return decay / (1.0 - warmup)
 
 
-__all__ = ["TimeBudget", "TrainingClock", "budget_schedule"]
+__all__ = ["TimeBudget", "TrainingClock", "budget_schedule", "TrainingProgress", "MinutesProgressCallback"]

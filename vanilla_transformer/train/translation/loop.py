@@ -29,7 +29,6 @@ from accelerate.state import AcceleratorState
 from accelerate.utils import GradientAccumulationPlugin, ProjectConfiguration, set_seed
 from datasets import Dataset, DatasetDict
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 from transformers import DataCollatorForSeq2Seq
 
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
@@ -40,6 +39,7 @@ from ...modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
 )
 from ...precision import use_fast_bf16_kernels
+from ..common.budget import TrainingProgress
 from ..common.data import data_path, load_or_train_tokenizer
 from ..common.plots import plot_history
 from ..common.precision_record import describe_precision, mixed_precision_record
@@ -417,10 +417,11 @@ class LossWindow:
 def update_loop(run: Run, state: RunState, clock: Clock) -> None:
     """Epochs of updates until a budget (updates, epochs, minutes) ends the run."""
     run.model.train()
-    progress = tqdm(
-        total=run.args.max_steps,
-        initial=state.step,
-        desc="Training",
+    progress = TrainingProgress(
+        run.args.max_steps,
+        state.step,
+        run.args.run_minutes,
+        clock.minutes(),
         disable=not run.accelerator.is_main_process,
     )
     window = LossWindow()
@@ -454,7 +455,7 @@ def run_epoch(run: Run, state: RunState, clock: Clock, window: LossWindow, progr
             run.spent.fraction = clock.spent(state.step + 1, accelerator)
         run.scheduler.step()
         state.step += 1
-        progress.update(1)
+        progress.advance(state.step, clock.minutes())
         if after_update(run, state, clock, window, progress):
             return True
     return False
