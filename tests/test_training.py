@@ -16,7 +16,7 @@ from huggingface_hub import ModelCard
 from safetensors import safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
-from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer import PRESETS, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
 from vanilla_transformer.train.common.recipes import parse_overrides, parse_yaml
@@ -714,7 +714,8 @@ def test_committed_recipes_parse(tokenizer):
     for recipe in recipes:
         args = load_arguments(str(recipe))
         assert args.output_dir and args.mixed_precision == "auto"
-        assert build_model_config(args, tokenizer).d_model == args.model["d_model"]
+        preset = PRESETS[args.model["preset"]] if "preset" in args.model else {}
+        assert build_model_config(args, tokenizer).d_model == args.model.get("d_model", preset.get("d_model"))
     for path in studies:  # read_study parses every row's training arguments, naming a bad row
         study = read_study(path)
         assert study.recipe.is_file() and [row.name for row in study.rows][0] == "base"

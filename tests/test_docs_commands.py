@@ -1,0 +1,92 @@
+"""Every command the README and docs/ show runs as written, as far as it can without data or hours: each
+`vanilla-transformer` line parses with the CLI's own parser, its recipe exists and its `--set` settings
+are ones that recipe's run accepts (read with the run's own loader, no data touched); each script and
+each relative link points to a file that exists. (The quick start's Python runs in tests/test_readme.py.)"""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from vanilla_transformer.cli import build_parser
+from vanilla_transformer.train.classification.arguments import load_classification_arguments
+from vanilla_transformer.train.common.recipes import parse_overrides
+from vanilla_transformer.train.translation.arguments import load_arguments
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def shell_lines(page: Path) -> list[str]:
+    """The command lines of a page's ```bash blocks, continuations joined, comments dropped."""
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = line.split(" #")[0].strip() if not line.lstrip().startswith("#") else ""
+            loop = re.fullmatch(r"for (\w+) in ([^;]+); do (.+); done", line)
+            if loop:  # one command per value of the loop variable
+                name, values, body = loop.groups()
+                lines += [body.replace(f"${name}", value) for value in values.split()]
+            elif line:
+                lines.append(line)
+    return lines
+
+
+def cli_commands() -> list[tuple[str, list[str]]]:
+    found = []
+    for page in PAGES:
+        for line in shell_lines(page):
+            for part in line.split("|"):
+                words = shlex.split(part)
+                if "vanilla-transformer" in words:
+                    found.append(
+                        (f"{page.name}: {part.strip()}", words[words.index("vanilla-transformer") + 1 :])
+                    )
+                elif "vanilla_transformer.cli" in words:  # accelerate launch ... -m vanilla_transformer.cli
+                    found.append(
+                        (f"{page.name}: {part.strip()}", words[words.index("vanilla_transformer.cli") + 1 :])
+                    )
+    return found
+
+
+COMMANDS = cli_commands()
+
+
+def test_the_pages_show_commands():
+    assert len(COMMANDS) >= 15 and {argv[0] for _, argv in COMMANDS} >= {"train", "evaluate", "classify"}
+
+
+@pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[where for where, _ in COMMANDS])
+def test_each_command_parses_and_its_settings_are_known(where, argv, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    try:
+        options = build_parser().parse_args(argv)
+    except SystemExit as error:
+        pytest.fail(f"{where}: the CLI refuses it (exit {error.code})")
+    recipe = getattr(options, "recipe", None)
+    if recipe and options.command != "ablate":
+        assert (ROOT / recipe).is_file(), f"{where}: no recipe {recipe}"
+    overrides = parse_overrides(getattr(options, "set", None) or [])
+    if options.command in ("train", "evaluate"):
+        load_arguments(recipe, overrides)
+    elif options.command == "classify":
+        load_classification_arguments(recipe, overrides, options.stage)
+
+
+def test_scripts_the_pages_run_exist():
+    for page in PAGES:
+        for line in shell_lines(page):
+            words = shlex.split(line)
+            if words[0] in ("python", "python3") and len(words) > 1 and words[1].endswith(".py"):
+                assert (ROOT / words[1]).is_file(), f"{page.name}: {line}"
+            if words[:2] in (["python", "-m"], ["python3", "-m"]) and words[2] in ("benchmarks", "pytest"):
+                continue
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_relative_links_point_to_files(page):
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+        if not target.startswith(("http://", "https://", "mailto:")):
+            assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
