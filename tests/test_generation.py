@@ -154,3 +154,8 @@ def test_output_length_is_bounded_by_input_length_plus_50(tmp_path, reload):
     )
     assert out.shape[1] == 1 + 7 + 50
     assert model.generate(input_ids=source, max_new_tokens=3, suppress_tokens=[EOS]).shape[1] == 4
+    # A generation config carrying transformers' own default max_length (20), as some saved folders and
+    # transformers 5.17's pipelines give it, sets no bound: §6.1's still holds.
+    model.generation_config.max_length = 20
+    mask = (source != PAD).long()
+    assert model.generate(input_ids=source, attention_mask=mask, suppress_tokens=[EOS]).shape[1] == 1 + 7 + 50

@@ -873,8 +873,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
 # §6.1: during inference the maximum output length is the input length + 50; beam size 4, alpha 0.6.
 MAX_NEW_TOKENS_OVER_SOURCE = 50
 PAPER_NUM_BEAMS, PAPER_LENGTH_PENALTY = 4, 0.6
-# transformers' `max_length` when nobody set one (20): a generation config holding it sets no bound of its own.
-UNSET_MAX_LENGTH = GenerationConfig().max_length
+# transformers' model-agnostic default `max_length` (20), which generate() applies where nothing is set and
+# saved configs may carry without anyone having chosen it: a config holding it sets no bound of its own.
+# (Not `GenerationConfig().max_length`: that is None, the default being applied later.)
+UNSET_MAX_LENGTH = 20
 
 
 def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfig:
