@@ -283,7 +283,7 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
     assert results["updates"] == 40 and set(results["test"]) == {"sacrebleu", "bleu_lc_tok"}
     # This process's peak resident memory in MiB: more than torch alone takes, at most the peak now.
     peak_now = int(re.search(r"VmHWM:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) / 1024
-    assert 100 < results["peak_memory_mib"]["host"] <= peak_now
+    assert 100 < results["peak_memory_mib"]["host"] <= peak_now + 0.05  # the record is rounded to 0.1 MiB
     assert json.loads((folder / "results.json").read_text())["peak_memory_mib"] == results["peak_memory_mib"]
     assert (folder / "test_hypotheses.txt").read_text().count("\n") == 8
     assert (folder / "bleu_curve.png").stat().st_size > 1000
