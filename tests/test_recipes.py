@@ -249,3 +249,44 @@ def test_the_wmt14_base_recipe_states_the_papers_setup_and_runs_three_updates_on
     assert results["updates"] == 3 and results["parameters"] > 44_000_000  # the base model (small vocabulary)
     assert results["averaged_checkpoints"] == ["step-00000001", "step-00000002", "step-00000003"]
     assert 0 <= results["test"]["sacrebleu"] <= 100
+
+
+@pytest.mark.parametrize(
+    ("recipe_text", "overrides", "message"),
+    [
+        ("max_tokens: [1, 2\nwarmup_steps: 4\n", {}, r"recipe.yaml, line 2, column \d+: not valid YAML"),
+        ("max_tokens: many\n", {}, r"recipe.yaml: `max_tokens` must be an integer, got 'many'"),
+        ("", {"max_tokens": "many"}, r"--set: `max_tokens` must be an integer, got 'many'"),
+        ("", {"lr_scale": True}, r"--set: `lr_scale` must be a number, got True"),
+        ("", {"max_steps": None}, r"--set: `max_steps` must be set \(it cannot be null\)"),
+        ("", {"source_lang": 7}, r"--set: `source_lang` must be a string, got 7"),
+    ],
+    ids=[
+        "malformed-yaml",
+        "wrong-type-in-file",
+        "wrong-type-by-set",
+        "flag-for-number",
+        "null",
+        "int-for-string",
+    ],
+)
+def test_bad_recipe_values_are_refused_naming_the_file_line_or_key(tmp_path, recipe_text, overrides, message):
+    """Malformed YAML names the file and line; a value of the wrong type names the key and where it came
+    from; both before any work starts (no run folder)."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(recipe_text)
+    with pytest.raises(ValueError, match=message):
+        load_arguments(str(recipe), {**overrides, "output_dir": str(tmp_path / "run")})
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_wrong_trainer_setting_type_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"--set: `learning_rate` must be a number, got 'fast'"):
+        load_classification_arguments(None, {"learning_rate": "fast"}, "train")
+
+
+def test_set_with_malformed_yaml_names_the_key():
+    from vanilla_transformer.train.common.recipes import parse_overrides
+
+    with pytest.raises(ValueError, match=r"--set max_tokens: '\[1' is not valid YAML"):
+        parse_overrides(["max_tokens=[1"])

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -71,7 +73,13 @@ def read_recipe(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No such recipe file: {path}")
-    values = parse_yaml(path.read_text(encoding="utf-8")) or {}
+    try:
+        values = parse_yaml(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"{where}: not valid YAML ({problem}).") from error
     if not isinstance(values, dict):
         raise ValueError(f"{path}: a recipe must be a mapping of setting: value.")
     if not isinstance(values.get(MODEL_BLOCK, {}), dict):
@@ -86,7 +94,11 @@ def parse_overrides(pairs: Iterable[str]) -> dict:
         if "=" not in pair:
             raise ValueError(f"--set expects key=value, got {pair!r}")
         key, value = pair.split("=", 1)
-        overrides[key.strip().replace("-", "_")] = parse_yaml(value)
+        try:
+            overrides[key.strip().replace("-", "_")] = parse_yaml(value)
+        except yaml.YAMLError as error:
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ValueError(f"--set {key.strip()}: {value!r} is not valid YAML ({problem}).") from error
     return overrides
 
 
@@ -143,10 +155,57 @@ def parse_settings(
             f"Unknown setting(s) in {recipe if in_file else '--set'}: {', '.join(in_file or unknown)}. "
             f"Known settings: {', '.join(sorted(known))}."
         )
+    for key, value in values.items():
+        problem = _type_problem(value, _field_types(dataclass_types).get(key))
+        if problem:
+            where = recipe if key in (from_file or {}) and key not in (overrides or {}) else "--set"
+            raise ValueError(f"{where}: `{key}` {problem}, got {value!r}.")
     try:
         return HfArgumentParser(dataclass_types).parse_dict(values, allow_extra_keys=False)
     except ValueError as error:
         raise ValueError(f"{source_name(recipe, overrides)}: {error}") from error
+
+
+def _field_types(dataclass_types: tuple) -> dict:
+    """{setting: its annotation} over the run's dataclasses (first one wins)."""
+    types = {}
+    for cls in dataclass_types:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            types.setdefault(f.name, hints.get(f.name))
+    return types
+
+
+def _type_problem(value, annotation) -> str | None:
+    """Why ``value`` cannot be a setting of type ``annotation`` (None: it can, or the type is not a plain
+    number, string, flag, list or mapping that is checked here), so that a bad value is refused by name
+    before any work starts instead of failing deep inside the run."""
+    allowed = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
+    if value is None:
+        return None if type(None) in allowed else "must be set (it cannot be null)"
+    names = {
+        int: "an integer",
+        float: "a number",
+        bool: "true or false",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }
+    plain = [typing.get_origin(kind) or kind for kind in allowed if kind is not type(None)]
+    if not plain or any(kind not in names for kind in plain):
+        return None  # enums, literals and other types: the parser checks those
+    for kind in plain:
+        if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return None
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return None
+        if kind in (bool, str, list, dict) and isinstance(value, kind):
+            return None
+    return "must be " + " or ".join(names[kind] for kind in plain)
 
 
 def default_model_block(dataclass_types: tuple) -> dict:
