@@ -25,23 +25,23 @@ def _canonical(name: str) -> str:
 def closure(root: str, extras: set[str]) -> dict[str, str]:
     """{canonical name: installed version} of ``root`` and everything it requires, transitively."""
     found: dict[str, str] = {}
+    seen: set[tuple[str, frozenset]] = set()  # (package, extras) already expanded: cycles end here
     pending = [(root, frozenset(extras))]
     while pending:
         name, wanted = pending.pop()
+        if (_canonical(name), wanted) in seen:
+            continue
+        seen.add((_canonical(name), wanted))
         try:
             dist = distribution(name)
         except PackageNotFoundError:
             continue  # a requirement whose marker excludes this platform, or an optional one not installed
-        key = _canonical(dist.metadata["Name"])
-        if key in found and not wanted:
-            continue
-        found[key] = dist.version
+        found[_canonical(dist.metadata["Name"])] = dist.version
         for line in dist.requires or []:
             requirement = Requirement(line)
             environments = [{**default_environment(), "extra": extra} for extra in (wanted or {""})]
             if requirement.marker is None or any(requirement.marker.evaluate(env) for env in environments):
-                if _canonical(requirement.name) not in found or requirement.extras:
-                    pending.append((requirement.name, frozenset(requirement.extras)))
+                pending.append((requirement.name, frozenset(requirement.extras)))
     return found
 
 

@@ -9,7 +9,6 @@ A dependency without a lower bound is an error: an open range is a promise nothi
 
 from __future__ import annotations
 
-import sys
 import tomllib
 from pathlib import Path
 
@@ -39,4 +38,3 @@ if __name__ == "__main__":
     root = Path(__file__).resolve().parents[1]
     extras = [extra for extra in parser.parse_args().extras.split(",") if extra]
     print("\n".join(lowest_versions(root / "pyproject.toml", extras)))
-    sys.exit(0)

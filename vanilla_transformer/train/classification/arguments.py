@@ -1,5 +1,4 @@
-"""The encoder alone as a text classifier: data, tokenizer, pre-training (masked LM or ELECTRA) and
-fine-tuning with ``transformers.Trainer``, and evaluation with a confusion matrix.
+"""The settings of a classification run (``ClassificationArguments``) and how a recipe becomes them.
 
 A recipe holds ``ClassificationArguments`` and ``transformers.TrainingArguments`` keys side by side,
 and the encoder's ``VanillaTransformerConfig`` fields in its ``model:`` block (``train/common/recipes.py``).

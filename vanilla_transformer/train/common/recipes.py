@@ -155,8 +155,9 @@ def parse_settings(
             f"Unknown setting(s) in {recipe if in_file else '--set'}: {', '.join(in_file or unknown)}. "
             f"Known settings: {', '.join(sorted(known))}."
         )
+    field_types = _field_types(dataclass_types)
     for key, value in values.items():
-        problem = _type_problem(value, _field_types(dataclass_types).get(key))
+        problem = _type_problem(value, field_types.get(key))
         if problem:
             where = recipe if key in (from_file or {}) and key not in (overrides or {}) else "--set"
             raise ValueError(f"{where}: `{key}` {problem}, got {value!r}.")

@@ -1,4 +1,5 @@
-"""Translation with beam search (§6.1) and BLEU the way papers report it.
+"""Translation with beam search (§6.1) and BLEU the way papers report it; ``evaluate_folder`` /
+``evaluate_split`` score a saved model on a split (the ``evaluate`` command, Table 3, validation choices).
 
 Two scores:
 
