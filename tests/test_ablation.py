@@ -119,7 +119,7 @@ def test_a_re_run_skips_finished_rows(table, monkeypatch):
 
 def test_a_started_row_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     study = ablation.read_study(write_study(tmp_path))
-    checkpoint = tmp_path / "runs" / "base" / "checkpoints" / "step-00000001"
+    checkpoint = tmp_path / "runs" / "base" / "checkpoints" / "checkpoint-1"
     checkpoint.mkdir(parents=True)
     (checkpoint / "trainer_state.json").write_text("{}")  # what makes a checkpoint complete
     commands = []
@@ -159,7 +159,7 @@ def test_dev_perplexity_is_the_unsmoothed_per_token_perplexity(table):
 
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
     from vanilla_transformer.train.translation.arguments import load_arguments
-    from vanilla_transformer.train.translation.loop import prepare_data
+    from vanilla_transformer.train.translation.data import prepare_data
 
     folder = table / "runs" / "base"
     model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()

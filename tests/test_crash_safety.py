@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelerate import Accelerator
-from accelerate.state import AcceleratorState
 from conftest import tiny_config
 from safetensors.torch import load_file
 from test_training import TINY_MODEL, TINY_RUN
@@ -24,7 +22,9 @@ from vanilla_transformer.train.translation.checkpoints import (
     checkpoint_dirs,
     checkpoint_step,
     latest_checkpoint,
-    save_checkpoint,
+    publish_checkpoint,
+    staging_dir,
+    tidy_up,
 )
 
 STEPS = 12
@@ -52,7 +52,9 @@ def processes():
     spends most of its start-up importing torch and transformers). Each is a real process running the
     ``vanilla-transformer train`` entry point, killed with SIGKILL by ``Process.kill``."""
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["vanilla_transformer.cli", "vanilla_transformer.train.translation.loop"])
+    context.set_forkserver_preload(
+        ["vanilla_transformer.cli", "vanilla_transformer.train.translation.trainer"]
+    )
     return context
 
 
@@ -69,23 +71,23 @@ def kill_when(process, *markers: Path, timeout: float = 120) -> Path:
     return hit
 
 
-TRAINING_STATE = {"optimizer.bin", "model.safetensors", "random_states_0.pkl"}
+TRAINING_STATE = {"optimizer.pt", "scheduler.pt", "model.safetensors", "rng_state.pth"}
 
 
 def assert_checkpoints_load(root: Path, state_files=TRAINING_STATE) -> int:
     """Every checkpoint listed under ``root`` is complete: its weights and trainer state read back, the
-    state names its step, Accelerate's state holds its files; the latest loads as a model with no missing
-    key. Returns the latest step."""
+    state names its step, the Trainer's state files are there; the latest loads as a model with no
+    missing key. Returns the latest step."""
     listed = checkpoint_dirs(root)
     assert listed, f"no checkpoint left under {root}"
     for folder in listed:
-        assert (folder / "model" / "model.safetensors").is_file(), f"{folder} is listed without its model"
-        assert load_file(folder / "model" / "model.safetensors"), folder
-        assert json.loads((folder / STATE_FILE).read_text())["step"] == checkpoint_step(folder)
-        assert state_files <= {path.name for path in (folder / "state").iterdir()}, folder
+        assert (folder / "model.safetensors").is_file(), f"{folder} is listed without its model"
+        assert load_file(folder / "model.safetensors"), folder
+        assert json.loads((folder / STATE_FILE).read_text())["global_step"] == checkpoint_step(folder)
+        assert state_files <= {path.name for path in folder.iterdir()}, folder
     assert latest_checkpoint(root) == listed[-1]
     model, info = VanillaTransformerForConditionalGeneration.from_pretrained(
-        listed[-1] / "model", output_loading_info=True
+        listed[-1], output_loading_info=True
     )
     assert not info["missing_keys"] and not info["unexpected_keys"], listed[-1]
     return checkpoint_step(listed[-1])
@@ -107,14 +109,14 @@ def test_runs_killed_while_writing_checkpoints_resume_to_the_uninterrupted_run(t
 
     folder = tmp_path / "killed"
     root = folder / "checkpoints"
-    # Three moments of a save: Accelerate's state being written, the model being written, an old
+    # Three moments of a save: the staging folder just made, the model being written, an old
     # checkpoint being deleted (keep_last) after the new one was renamed into place. The last lasts about
     # a millisecond: if the poll misses it, the kill comes as the next save starts. Each marker comes with
     # the latest checkpoint a kill at that moment leaves.
     moments = [
-        {root / ".tmp-step-00000003": 2},
-        {root / ".tmp-step-00000006" / "model": 5},
-        {root / ".deleting-step-00000007": 9, root / ".tmp-step-00000010": 9},
+        {root / ".tmp-checkpoint-3": 2},
+        {root / ".tmp-checkpoint-6" / "checkpoint-6": 5},
+        {root / ".deleting-checkpoint-7": 9, root / ".tmp-checkpoint-10": 9},
     ]
     inside_a_save = []
     for index, markers in enumerate(moments):
@@ -125,7 +127,7 @@ def test_runs_killed_while_writing_checkpoints_resume_to_the_uninterrupted_run(t
         latest = assert_checkpoints_load(root)
         # A poller descheduled for the ~20 ms a save lasts kills just after it: one checkpoint more.
         assert latest in (markers[hit], markers[hit] + 1)
-        inside_a_save.append(latest == markers[hit] and any(root.glob(".*-step-*")))
+        inside_a_save.append(latest == markers[hit] and any(root.glob(".*-checkpoint-*")))
     # Most kills landed inside a save, leaving its temporary (or half-deleted) folder behind.
     assert sum(inside_a_save) >= 2, inside_a_save
 
@@ -137,7 +139,7 @@ def test_runs_killed_while_writing_checkpoints_resume_to_the_uninterrupted_run(t
     assert sorted(got) == list(range(1, STEPS + 1))
     for step, losses in got.items():  # every session that ran update k computed the same loss
         assert losses == pytest.approx([expected[step]] * len(losses), abs=1e-6), step
-    assert sorted(path.name for path in root.iterdir()) == ["step-00000011", "step-00000012"]
+    assert sorted(path.name for path in root.iterdir()) == ["checkpoint-11", "checkpoint-12"]
     resumed = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").state_dict()
     straight = VanillaTransformerForConditionalGeneration.from_pretrained(
         tmp_path / "straight" / "model"
@@ -151,13 +153,13 @@ def test_runs_killed_while_writing_checkpoints_resume_to_the_uninterrupted_run(t
 
 
 class Killed(BaseException):
-    """Stands for SIGKILL inside ``save_checkpoint``: it has no handler or ``finally`` that runs on the
+    """Stands for SIGKILL inside ``publish_checkpoint``: it has no handler or ``finally`` that runs on the
     way out, so the folders are left exactly as a kill at that moment leaves them."""
 
 
 class KillAt:
-    """Counts the folder renames and deletions ``save_checkpoint`` makes under ``root`` and dies at the
-    ``target``-th: before it, or (for a deletion) half-way through it, after ``model/`` went."""
+    """Counts the folder renames and deletions ``publish_checkpoint`` makes under ``root`` and dies at the
+    ``target``-th: before it, or (for a deletion) half-way through it, after its weights went."""
 
     def __init__(self, root: Path, target: int, halfway: bool):
         self.root, self.target, self.halfway, self.count = root, target, halfway, 0
@@ -171,14 +173,14 @@ class KillAt:
         return self.count == self.target
 
     def os_replace(self, source, destination):
-        if self._ours(source) and self._tick() and not self.halfway:
+        if (self._ours(source) or self._ours(destination)) and self._tick() and not self.halfway:
             raise Killed
         return self.replace(source, destination)
 
     def shutil_rmtree(self, path, ignore_errors=False):
         if self._ours(path) and Path(path).exists() and self._tick():
             if self.halfway:
-                self.rmtree(Path(path) / "model")
+                (Path(path) / "model.safetensors").unlink(missing_ok=True)
             raise Killed
         return self.rmtree(path, ignore_errors=ignore_errors)
 
@@ -188,25 +190,28 @@ def _weights(step: int) -> VanillaTransformerForConditionalGeneration:
     return VanillaTransformerForConditionalGeneration(tiny_config())
 
 
-def _save(accelerator, tokenizer, root, step, model, keep_last=2):
-    save_checkpoint(accelerator, model, tokenizer, root, step, {"step": step}, keep_last)
+def _save(tokenizer, root, step, model, keep_last=2):
+    """What ``TranslationTrainer._save_checkpoint`` does around the Trainer's own save: tidy up, write the
+    checkpoint under its staging folder (here: a model folder, an RNG state and the trainer state), publish."""
+    root.mkdir(parents=True, exist_ok=True)
+    tidy_up(root)
+    staged = staging_dir(root, step) / f"checkpoint-{step}"
+    model.save_pretrained(staged)
+    tokenizer.save_pretrained(staged)
+    torch.save({"cpu": torch.get_rng_state()}, staged / "rng_state.pth")
+    (staged / STATE_FILE).write_text(json.dumps({"global_step": step}))
+    publish_checkpoint(staged, root, keep_last)
 
 
 def _first_weight(folder: Path) -> torch.Tensor:
-    return load_file(folder / "model" / "model.safetensors")["model.encoder.embed_tokens.weight"]
+    return load_file(folder / "model.safetensors")["model.encoder.embed_tokens.weight"]
 
 
-RNG_ONLY = {"random_states_0.pkl"}  # a bare Accelerator's state: nothing prepared
-
-
-@pytest.fixture(scope="module")
-def accelerator():
-    AcceleratorState._reset_state(reset_partial_state=False)
-    return Accelerator(cpu=True)
+RNG_ONLY = {"rng_state.pth"}  # no optimizer in these saves
 
 
 def test_a_save_killed_at_any_rename_or_deletion_keeps_the_last_good_checkpoint(
-    tmp_path, tokenizer, accelerator, monkeypatch
+    tmp_path, tokenizer, monkeypatch
 ):
     """A run restarted in its old folder saves step 5 again (over the earlier save), then step 6, which
     deletes step 4 (keep_last 2). Killed before any of those renames and deletions, or half-way through
@@ -214,9 +219,9 @@ def test_a_save_killed_at_any_rename_or_deletion_keeps_the_last_good_checkpoint(
     new save); and the next save leaves exactly the last two, nothing half-written beside them."""
     template = tmp_path / "template"
     models = {step: _weights(step) for step in (4, 5, 6, 7)}
-    _save(accelerator, tokenizer, template, 4, models[4])
-    _save(accelerator, tokenizer, template, 5, models[4])  # the earlier save of step 5
-    earlier, new = _first_weight(template / "step-00000005"), models[5].model.encoder.embed_tokens.weight
+    _save(tokenizer, template, 4, models[4])
+    _save(tokenizer, template, 5, models[4])  # the earlier save of step 5
+    earlier, new = _first_weight(template / "checkpoint-5"), models[5].model.encoder.embed_tokens.weight
 
     moments = 0
     for target in range(1, 20):
@@ -227,8 +232,8 @@ def test_a_save_killed_at_any_rename_or_deletion_keeps_the_last_good_checkpoint(
             monkeypatch.setattr(checkpoint_module.os, "replace", killer.os_replace)
             monkeypatch.setattr(checkpoint_module.shutil, "rmtree", killer.shutil_rmtree)
             try:
-                _save(accelerator, tokenizer, root, 5, models[5])  # the re-save
-                _save(accelerator, tokenizer, root, 6, models[6])  # prunes step 4
+                _save(tokenizer, root, 5, models[5])  # the re-save
+                _save(tokenizer, root, 6, models[6])  # prunes step 4
             except Killed:
                 killed = True
             else:
@@ -242,13 +247,14 @@ def test_a_save_killed_at_any_rename_or_deletion_keeps_the_last_good_checkpoint(
             assert latest in (5, 6) and 5 in listed, (target, halfway, sorted(listed))
             weight = _first_weight(listed[5])
             assert torch.equal(weight, earlier) or torch.equal(weight, new)
-            _save(accelerator, tokenizer, root, 7, models[7])  # the resumed run's next save
+            _save(tokenizer, root, 7, models[7])  # the resumed run's next save
             assert sorted(path.name for path in root.iterdir()) == sorted(
                 folder.name for folder in checkpoint_dirs(root)[-2:]
             ), (target, halfway)
             assert [checkpoint_step(folder) for folder in checkpoint_dirs(root)] == [latest, 7]
             assert_checkpoints_load(root, RNG_ONLY)
-    # Re-saving step 5: the earlier save moves aside, the new one is renamed in, the earlier one is renamed
-    # for deletion and deleted; saving step 6: renamed in, step 4 renamed for deletion and deleted. Seven
-    # operations, two of them deletions also killed half-way: nine moments.
-    assert moments == 9
+    # Re-saving step 5: the earlier save moves aside, the new one is renamed in, its emptied staging
+    # folder is deleted, the earlier save is renamed for deletion and deleted; saving step 6: renamed in,
+    # staging folder deleted, step 4 renamed for deletion and deleted. Nine operations, four of them
+    # deletions also killed half-way: thirteen moments.
+    assert moments == 13

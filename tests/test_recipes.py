@@ -14,7 +14,7 @@ from vanilla_transformer.precision import resolve_mixed_precision
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
 from vanilla_transformer.train.translation.ablation import read_study
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.loop import train
+from vanilla_transformer.train.translation.trainer import train
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
 RECIPES = sorted(CONFIGS.glob("*.yaml"))  # a new recipe is covered without editing this file
@@ -212,8 +212,8 @@ def test_the_wmt14_base_recipe_states_the_papers_setup_and_runs_three_updates_on
     row, read through the load_dataset call the Hub id takes) trains, averages and scores."""
     import pandas as pd
 
-    from vanilla_transformer.train.translation.loop import train
     from vanilla_transformer.train.translation.synthetic import synthetic_pairs
+    from vanilla_transformer.train.translation.trainer import train
 
     recipe = str(CONFIGS / "wmt14_en_de_base.yaml")
     args = load_arguments(recipe)
@@ -247,7 +247,7 @@ def test_the_wmt14_base_recipe_states_the_papers_setup_and_runs_three_updates_on
     }
     results = train(load_arguments(recipe, dry_run))
     assert results["updates"] == 3 and results["parameters"] > 44_000_000  # the base model (small vocabulary)
-    assert results["averaged_checkpoints"] == ["step-00000001", "step-00000002", "step-00000003"]
+    assert results["averaged_checkpoints"] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     assert 0 <= results["test"]["sacrebleu"] <= 100
 
 

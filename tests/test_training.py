@@ -19,6 +19,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 from vanilla_transformer import PRESETS, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
+from vanilla_transformer.train.common.budget import TrainingClock
 from vanilla_transformer.train.common.recipes import parse_overrides, parse_yaml
 from vanilla_transformer.train.translation.ablation import read_study
 from vanilla_transformer.train.translation.arguments import SYNTHETIC_MODEL, load_arguments
@@ -30,19 +31,14 @@ from vanilla_transformer.train.translation.checkpoints import (
     latest_checkpoint,
     spaced_checkpoints,
 )
-from vanilla_transformer.train.translation.loop import (
-    Clock,
-    RunState,
-    build_model_config,
-    prepare_data,
-    train,
-)
+from vanilla_transformer.train.translation.data import prepare_data
 from vanilla_transformer.train.translation.schedule import (
     cooldown_factor,
     transformer_learning_rate,
     transformer_lr_scheduler,
 )
 from vanilla_transformer.train.translation.synthetic import german_number, synthetic_pairs
+from vanilla_transformer.train.translation.trainer import TranslationTrainer, build_model_config, train
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
 TINY_MODEL = dict(d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1)
@@ -179,8 +175,8 @@ def test_the_logged_learning_rate_of_update_k_is_eq3_at_step_k(tmp_path):
     assert max(rates, key=rates.get) == 4  # the peak is the last warmup update
     assert rates[16] == pytest.approx(rates[4] / 2, rel=1e-6)
     # The optimizer carries the schedule: after update 16 it holds lr(17) for the next update,
-    # (32 * 17)^-0.5 = 544^-0.5 = 0.0428746 (Accelerate's save_state stores Adam as optimizer.bin).
-    optimizer = torch.load(latest_checkpoint(folder / "checkpoints") / "state" / "optimizer.bin")
+    # (32 * 17)^-0.5 = 544^-0.5 = 0.0428746 (the Trainer's checkpoint stores Adam as optimizer.pt).
+    optimizer = torch.load(latest_checkpoint(folder / "checkpoints") / "optimizer.pt")
     assert optimizer["param_groups"][0]["lr"] == pytest.approx(0.0428746, rel=1e-5)
     assert (
         optimizer["param_groups"][0]["betas"] == (0.9, 0.98) and optimizer["param_groups"][0]["eps"] == 1e-9
@@ -200,7 +196,7 @@ def test_cooldown_takes_eq3_linearly_to_zero_over_the_last_fraction_of_the_budge
         {k: transformer_learning_rate(k, 32, 4) for k in (2, 4, 5)}
     )
     assert [rates[6], rates[7], rates[8]] == pytest.approx([0.0541266, 0.0334077, 0.015625], rel=1e-5)
-    optimizer = torch.load(latest_checkpoint(folder / "checkpoints") / "state" / "optimizer.bin")
+    optimizer = torch.load(latest_checkpoint(folder / "checkpoints") / "optimizer.pt")
     assert optimizer["param_groups"][0]["lr"] == 0.0  # the budget is spent: a next update would not move
     card = (folder / "model" / "README.md").read_text()
     assert "linear cool-down to 0 over the last 50% of the budget" in card
@@ -210,10 +206,14 @@ def test_cooldown_counts_the_minutes_budget_when_it_is_further_along():
     """With ``run_minutes`` the fraction spent is the larger of updates/max_steps and minutes/run_minutes:
     a run resumed after 6 of its 10 minutes has spent 60 % of its budget whatever its step count."""
     args = load_arguments(None, {**TINY_RUN, "max_steps": 1000, "run_minutes": 10, "lr_cooldown": 0.5})
-    clock = Clock(args, RunState(step=20, elapsed_seconds=360.0))
-    single = types.SimpleNamespace(num_processes=1)
-    assert clock.spent(20, single) == pytest.approx(0.6, abs=1e-3)
-    assert clock.spent(900, single) == pytest.approx(0.9)
+    trainer = types.SimpleNamespace(  # what budget_spent reads of a TranslationTrainer
+        state=types.SimpleNamespace(global_step=19, max_steps=args.max_steps),
+        args=types.SimpleNamespace(max_steps=args.max_steps, world_size=1),
+        clock=TrainingClock(args.run_minutes, elapsed_seconds=360.0),
+    )
+    assert TranslationTrainer.budget_spent(trainer) == pytest.approx(0.6, abs=1e-3)
+    trainer.state.global_step = 899  # the scheduler sets the rate of update 900
+    assert TranslationTrainer.budget_spent(trainer) == pytest.approx(0.9)
     for bad in (-0.1, 1.0):
         with pytest.raises(ValueError, match=r"`lr_cooldown` is a fraction of the budget in \[0, 1\)"):
             load_arguments(None, {**TINY_RUN, "lr_cooldown": bad})
@@ -288,8 +288,15 @@ def test_end_to_end_run_learns_and_saves_a_loadable_model(tmp_path):
     assert (folder / "test_hypotheses.txt").read_text().count("\n") == 8
     assert (folder / "bleu_curve.png").stat().st_size > 1000
     checkpoint = latest_checkpoint(folder / "checkpoints")
-    assert checkpoint.name == "step-00000040"
-    assert {p.name for p in checkpoint.iterdir()} == {"model", "state", "trainer_state.json"}
+    assert checkpoint.name == "checkpoint-40"
+    # A complete model folder (loadable with from_pretrained) and the Trainer's state to resume from.
+    assert {"model.safetensors", "config.json", "tokenizer.json", "generation_config.json"} <= {
+        p.name for p in checkpoint.iterdir()
+    }
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= {
+        p.name for p in checkpoint.iterdir()
+    }
+    assert type(AutoModelForSeq2SeqLM.from_pretrained(checkpoint)) is type(model)
     card = ModelCard.load(folder / "model" / "README.md")  # the filled card, with this run's numbers
     scores = {r.metric_name: r.metric_value for r in card.data.eval_results}
     assert scores == pytest.approx(
@@ -332,12 +339,12 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, precision):
     settings = dict(save_every=3, model=dropout, mixed_precision=precision)
     _, straight = run(tmp_path, "straight", max_steps=6, **settings)
     _, interrupted = run(tmp_path, "interrupted", max_steps=3, **settings)
-    (interrupted / "checkpoints" / ".tmp-step-00000004").mkdir()  # a crash mid-write leaves this behind
+    (interrupted / "checkpoints" / ".tmp-checkpoint-4").mkdir()  # a crash mid-write leaves this behind
     _, resumed = run(tmp_path, "interrupted", max_steps=6, resume=True, **settings)
     expected, got = logged_losses(straight), logged_losses(resumed)
     assert [got[s] for s in (4, 5, 6)] == pytest.approx([expected[s] for s in (4, 5, 6)], abs=1e-6)
-    assert [p.name for p in checkpoint_dirs(resumed / "checkpoints")] == ["step-00000003", "step-00000006"]
-    assert not (resumed / "checkpoints" / ".tmp-step-00000004").exists()
+    assert [p.name for p in checkpoint_dirs(resumed / "checkpoints")] == ["checkpoint-3", "checkpoint-6"]
+    assert not (resumed / "checkpoints" / ".tmp-checkpoint-4").exists()
 
 
 def test_session_minutes_stops_the_invocation_and_resume_finishes_the_run(tmp_path):
@@ -347,7 +354,7 @@ def test_session_minutes_stops_the_invocation_and_resume_finishes_the_run(tmp_pa
     _, straight = run(tmp_path, "straight", max_steps=4, **settings)
     stopped, folder = run(tmp_path, "sessions", max_steps=4, session_minutes=0, **settings)
     assert stopped["stopped"] == "session_minutes" and stopped["updates"] == 1
-    assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["step-00000001"]
+    assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["checkpoint-1"]
     assert not (folder / "model").exists() and not (folder / "results.json").exists()
     finished, _ = run(tmp_path, "sessions", max_steps=4, resume=True, **settings)
     assert finished["updates"] == 4 and "test" in finished
@@ -389,17 +396,14 @@ def test_the_progress_bar_counts_minutes_where_a_minutes_budget_ends_the_run(tmp
 
 def test_keeps_only_the_last_k_checkpoints(tmp_path):
     _, folder = run(tmp_path, "run", max_steps=8, save_every=2, keep_last=2)
-    assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["step-00000006", "step-00000008"]
+    assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["checkpoint-6", "checkpoint-8"]
 
 
 def test_averaging_two_checkpoints_averages_their_tensors(tmp_path):
     _, folder = run(tmp_path, "run", max_steps=4, save_every=2)
     first, second = checkpoint_dirs(folder / "checkpoints")
     output = average_checkpoints([first, second], tmp_path / "averaged")
-    a, b, mean = (
-        AutoModelForSeq2SeqLM.from_pretrained(p).state_dict()
-        for p in (first / "model", second / "model", output)
-    )
+    a, b, mean = (AutoModelForSeq2SeqLM.from_pretrained(p).state_dict() for p in (first, second, output))
     for name in a:
         torch.testing.assert_close(mean[name], (a[name] + b[name]) / 2)
     assert AutoTokenizer.from_pretrained(output).pad_token_id == 0
@@ -407,9 +411,9 @@ def test_averaging_two_checkpoints_averages_their_tensors(tmp_path):
 
 def test_average_last_makes_the_final_model_the_mean_of_the_last_checkpoints(tmp_path):
     results, folder = run(tmp_path, "run", max_steps=6, save_every=2, average_last=2)
-    assert results["averaged_checkpoints"] == ["step-00000004", "step-00000006"]
+    assert results["averaged_checkpoints"] == ["checkpoint-4", "checkpoint-6"]
     last_two = [
-        AutoModelForSeq2SeqLM.from_pretrained(folder / "checkpoints" / name / "model").state_dict()
+        AutoModelForSeq2SeqLM.from_pretrained(folder / "checkpoints" / name).state_dict()
         for name in results["averaged_checkpoints"]
     ]
     final = AutoModelForSeq2SeqLM.from_pretrained(folder / "model").state_dict()
@@ -421,12 +425,15 @@ def test_average_last_makes_the_final_model_the_mean_of_the_last_checkpoints(tmp
 
 def test_a_final_save_just_after_a_periodic_one_is_not_averaged_twice(tmp_path):
     for step in (2000, 2500, 3000, 3500, 3501):
-        folder = tmp_path / f"step-{step:08d}"
+        folder = tmp_path / f"checkpoint-{step}"
         folder.mkdir()
         (folder / STATE_FILE).write_text("{}")
     names = [folder.name for folder in spaced_checkpoints(tmp_path, 3, spacing=500)]
-    assert names == ["step-00002500", "step-00003000", "step-00003501"]
-    assert [f.name for f in spaced_checkpoints(tmp_path, 2, spacing=1)] == ["step-00003500", "step-00003501"]
+    assert names == ["checkpoint-2500", "checkpoint-3000", "checkpoint-3501"]
+    assert [f.name for f in spaced_checkpoints(tmp_path, 2, spacing=1)] == [
+        "checkpoint-3500",
+        "checkpoint-3501",
+    ]
 
 
 @pytest.mark.parametrize("precision", ["no", "bf16"])
@@ -508,7 +515,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, pr
 
     checkpoints = {
         name: [
-            AutoModelForSeq2SeqLM.from_pretrained(folder / "model").state_dict()
+            AutoModelForSeq2SeqLM.from_pretrained(folder).state_dict()
             for folder in checkpoint_dirs(tmp_path / name / "checkpoints")
         ]
         for name in ("one", "two")
@@ -742,7 +749,7 @@ def test_bf16_run_learns_and_saves_fp32_weights(tmp_path):
     assert results["mixed_precision"]["used"] == "bf16"
     losses = logged_losses(folder)
     assert sum(losses[s] for s in (8, 9, 10)) / 3 < sum(losses[s] for s in (1, 2, 3)) / 3 - 0.3
-    for weights in (folder / "model", latest_checkpoint(folder / "checkpoints") / "model"):
+    for weights in (folder / "model", latest_checkpoint(folder / "checkpoints")):
         with safe_open(weights / "model.safetensors", "pt") as saved:
             assert {saved.get_tensor(name).dtype for name in saved.keys()} == {torch.float32}
     model = AutoModelForSeq2SeqLM.from_pretrained(folder / "model").eval()

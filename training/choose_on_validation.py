@@ -22,8 +22,8 @@ from pathlib import Path
 
 from vanilla_transformer.train.translation.arguments import load_arguments
 from vanilla_transformer.train.translation.checkpoints import average_checkpoints, spaced_checkpoints
+from vanilla_transformer.train.translation.data import prepare_data
 from vanilla_transformer.train.translation.evaluation import evaluate_folder
-from vanilla_transformer.train.translation.loop import prepare_data
 
 
 def score(model_dir: Path, split, args, num_beams: int, length_penalty: float) -> dict:

@@ -27,7 +27,7 @@ from .train.common.recipes import parse_overrides
 
 def cmd_train(options) -> None:
     from .train.translation.arguments import load_arguments
-    from .train.translation.loop import train
+    from .train.translation.trainer import train
 
     train(load_arguments(options.recipe, parse_overrides(options.set)))
 
@@ -35,8 +35,8 @@ def cmd_train(options) -> None:
 def cmd_evaluate(options) -> None:
     from .train.common.data import data_path
     from .train.translation.arguments import load_arguments
+    from .train.translation.data import prepare_data
     from .train.translation.evaluation import evaluate_folder
-    from .train.translation.loop import prepare_data
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
     split = prepare_data(args)[options.split]

@@ -18,7 +18,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
-from ..common.budget import MinutesProgressCallback, TrainingClock, budget_schedule
+from ..common.budget import TrainingClock, TrainingProgressCallback, budget_schedule
 from ..common.precision_record import describe_precision
 from .arguments import ClassificationArguments
 from .data import pretraining_dataset, pretraining_texts
@@ -134,7 +134,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
     )
     if args.run_minutes is not None and not training.disable_tqdm:  # the bar counts the run's minutes
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(MinutesProgressCallback(clock))
+        trainer.add_callback(TrainingProgressCallback(clock))
     trainer.train(resume_from_checkpoint=checkpoint)
     # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
     log = {"objective": args.objective, "log_history": trainer.state.log_history}

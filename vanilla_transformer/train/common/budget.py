@@ -1,6 +1,7 @@
 """Time budgets of a Trainer run, as callbacks: ``TimeBudget`` ends this invocation after its minutes;
 ``TrainingClock`` counts the minutes of every invocation of a run and ends it when the run's budget is
-spent, and ``budget_schedule`` is the learning-rate factor that reaches zero there."""
+spent, and ``budget_schedule`` is the learning-rate factor that reaches zero there; ``TrainingProgressCallback``
+shows either budget. Both tasks' trainers use them."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ class TimeBudget(TrainerCallback):
     def __init__(self, minutes: float):
         self.minutes = minutes
         self.start = time.monotonic()
+        self.ended = False  # True once it has stopped this invocation
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.monotonic()
 
     def on_step_end(self, args, state, control, **kwargs):
         if time.monotonic() - self.start >= 60 * self.minutes:
+            self.ended = True
             control.should_training_stop = True
             control.should_save = True
         return control
@@ -128,9 +131,10 @@ class TrainingProgress:
         self.bar.close()
 
 
-class MinutesProgressCallback(ProgressCallback):
-    """The Trainer's progress bar in minutes of the run's budget (``TrainingProgress``), for a run that a
-    ``TrainingClock`` budget ends: its ``max_steps`` is only a bound."""
+class TrainingProgressCallback(ProgressCallback):
+    """The Trainer's progress bar as ``TrainingProgress`` draws it: in minutes of the run's budget where a
+    ``TrainingClock`` budget ends the run (its ``max_steps`` is only a bound), else in updates; the last
+    logged loss, rate and throughput beside it instead of a printed line per log."""
 
     def __init__(self, clock: TrainingClock):
         super().__init__()
@@ -139,7 +143,7 @@ class MinutesProgressCallback(ProgressCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         minutes = self.clock.elapsed_seconds / 60
-        disable = not state.is_world_process_zero
+        disable = not state.is_world_process_zero or args.disable_tqdm
         self.progress = TrainingProgress(
             state.max_steps, state.global_step, self.clock.budget_minutes, minutes, disable
         )
@@ -148,7 +152,10 @@ class MinutesProgressCallback(ProgressCallback):
         self.progress.advance(state.global_step, self.clock.elapsed_seconds / 60)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        pass  # the clock's minutes and the loss go to the log; the bar shows the budget
+        shown = {"loss": "{:.3f}", "learning_rate": "{:.2e}", "tokens_per_second": "{:,.0f}"}
+        values = {key: form.format(logs[key]) for key, form in shown.items() if key in (logs or {})}
+        if self.progress is not None and values:
+            self.progress.set_postfix(**values)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.progress is not None:
@@ -168,4 +175,4 @@ def budget_schedule(step: int, progress: float, warmup: float) -> float:
     return decay / (1.0 - warmup)
 
 
-__all__ = ["TimeBudget", "TrainingClock", "budget_schedule", "TrainingProgress", "MinutesProgressCallback"]
+__all__ = ["TimeBudget", "TrainingClock", "budget_schedule", "TrainingProgress", "TrainingProgressCallback"]

@@ -242,8 +242,8 @@ def measure_row(study: Study, row: Row, output: Path) -> dict:
 
     from ...modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
     from .arguments import load_arguments
+    from .data import prepare_data
     from .evaluation import bleu_scores, translate
-    from .loop import prepare_data
 
     folder = output / row.name
     args = load_arguments(str(study.recipe), study.overrides(row, output))

@@ -1,18 +1,21 @@
 """Checkpoints that survive crashes, and checkpoint averaging (§6.1).
 
-A checkpoint is a folder ``step-00001200/`` holding ``model/`` (a complete ``save_pretrained`` folder:
-safetensors, config, generation config, tokenizer, remote code), ``state/`` (``accelerator.save_state``:
-optimizer, scheduler, RNG states, for an exact resume) and ``trainer_state.json``.
+A checkpoint is the Trainer's folder ``checkpoint-1200/``: a complete ``save_pretrained`` folder
+(safetensors, config, generation config, tokenizer, remote code) beside the optimizer, scheduler and RNG
+states and ``trainer_state.json``, so ``from_pretrained`` loads it and ``Trainer.train(resume_from_checkpoint=)``
+continues from it.
 
-Every change to the folder of checkpoints is an atomic rename, so a process killed at any moment leaves
-each ``step-*`` folder complete:
+The Trainer writes a checkpoint in place, file by file, and ``get_last_checkpoint`` takes the highest
+number whatever it holds. Here every change to the folder of checkpoints is an atomic rename instead, so
+a process killed at any moment leaves each ``checkpoint-*`` folder complete:
 
-* a checkpoint is written under ``.tmp-step-N`` and renamed into place when complete;
+* a checkpoint is written under ``.tmp-checkpoint-N/`` (``TranslationTrainer`` points the Trainer's save
+  there) and renamed into place when complete (``publish_checkpoint``);
 * a step saved again (a run restarted in the same folder) moves the earlier save aside to
-  ``.replaced-step-N`` before the new one takes its name, and deletes it only afterwards; killed between
-  the two renames, the earlier save still counts as checkpoint N (``checkpoint_dirs``), and the next save
-  renames it back;
-* a checkpoint beyond ``keep_last`` is renamed to ``.deleting-step-N`` before it is deleted, so a
+  ``.replaced-checkpoint-N`` before the new one takes its name, and deletes it only afterwards; killed
+  between the two renames, the earlier save still counts as checkpoint N (``checkpoint_dirs``), and the
+  next save renames it back;
+* a checkpoint beyond ``keep_last`` is renamed to ``.deleting-checkpoint-N`` before it is deleted, so a
   half-deleted folder never looks like a checkpoint.
 
 Leftover ``.tmp-*`` and ``.deleting-*`` folders are ignored, and removed by the next save.
@@ -20,7 +23,6 @@ Leftover ``.tmp-*`` and ``.deleting-*`` folders are ignored, and removed by the 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -29,27 +31,43 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-STEP_DIR = re.compile(r"^step-(\d{8})$")
-REPLACED_DIR = re.compile(r"^\.replaced-step-(\d{8})$")
-STATE_FILE = "trainer_state.json"
+STEP_DIR = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+REPLACED_DIR = re.compile(rf"^\.replaced-{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+STATE_FILE = TRAINER_STATE_NAME
+
+
+def checkpoint_name(step: int) -> str:
+    return f"{PREFIX_CHECKPOINT_DIR}-{step}"
+
+
+def staging_dir(root: Path, step: int) -> Path:
+    """Where checkpoint ``step`` is written before ``publish_checkpoint`` renames it into place."""
+    return root / f".tmp-{checkpoint_name(step)}"
 
 
 def checkpoint_step(folder: Path) -> int:
-    """The update a checkpoint folder was saved at (``step-N`` or an interrupted re-save's ``.replaced-step-N``)."""
+    """The update a checkpoint folder was saved at (``checkpoint-N`` or an interrupted re-save's
+    ``.replaced-checkpoint-N``)."""
     match = STEP_DIR.match(folder.name) or REPLACED_DIR.match(folder.name)
     if match is None:
-        raise ValueError(f"{folder} is not a checkpoint folder (step-NNNNNNNN).")
+        raise ValueError(f"{folder} is not a checkpoint folder ({PREFIX_CHECKPOINT_DIR}-N).")
     return int(match.group(1))
 
 
 def checkpoint_dirs(root: Path) -> list[Path]:
-    """Complete checkpoints under ``root``, oldest first: every ``step-N``, and the earlier save of a step
-    whose re-save was interrupted between its two renames (``.replaced-step-N`` without ``step-N``)."""
+    """Complete checkpoints under ``root``, oldest first: every ``checkpoint-N``, and the earlier save of a
+    step whose re-save was interrupted between its two renames (``.replaced-checkpoint-N`` without
+    ``checkpoint-N``)."""
     if not root.is_dir():
         return []
     found = {}
-    for pattern in (REPLACED_DIR, STEP_DIR):  # step-N wins over a .replaced-step-N of the same step
+    for pattern in (
+        REPLACED_DIR,
+        STEP_DIR,
+    ):  # checkpoint-N wins over a .replaced-checkpoint-N of the same step
         for folder in root.iterdir():
             if folder.is_dir() and pattern.match(folder.name) and (folder / STATE_FILE).is_file():
                 found[checkpoint_step(folder)] = folder
@@ -77,49 +95,41 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(
-    accelerator, model, tokenizer, root: Path, step: int, trainer_state: dict, keep_last: int
-) -> Path:
-    """Write checkpoint ``step`` atomically (see the module docstring); every process must call it
-    (``save_state`` is collective)."""
-    final = root / f"step-{step:08d}"
-    temporary = root / f".tmp-step-{step:08d}"
-    if accelerator.is_main_process:
-        root.mkdir(parents=True, exist_ok=True)
-        tidy_up(root)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(str(temporary / "state"))
-    if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(temporary / "model")
-        tokenizer.save_pretrained(temporary / "model")
-        (temporary / STATE_FILE).write_text(json.dumps(trainer_state, indent=2))
-        replaced = root / f".replaced-step-{step:08d}"
-        if final.exists():  # the same step saved again: the earlier save steps aside, whole
-            os.replace(final, replaced)
-        os.replace(temporary, final)
-        _delete(replaced)
-        for old in checkpoint_dirs(root)[:-keep_last]:
-            _delete(old)
-    accelerator.wait_for_everyone()
+def publish_checkpoint(staged: Path, root: Path, keep_last: int) -> Path:
+    """Rename the complete checkpoint ``staged`` (``.tmp-checkpoint-N/checkpoint-N``) into ``root``,
+    atomically (see the module docstring), and delete the checkpoints beyond the last ``keep_last``. The
+    main process calls it once every process has written its part."""
+    final = root / staged.name
+    replaced = root / f".replaced-{staged.name}"
+    if final.exists():  # the same step saved again: the earlier save steps aside, whole
+        os.replace(final, replaced)
+    os.replace(staged, final)
+    shutil.rmtree(staged.parent, ignore_errors=True)  # the empty .tmp-checkpoint-N
+    _delete(replaced)
+    for old in checkpoint_dirs(root)[:-keep_last]:
+        _delete(old)
     return final
 
 
 def tidy_up(root: Path) -> None:
     """What an interrupted save left behind: an earlier save moved aside whose step has no checkpoint
     goes back in place; unfinished, replaced and half-deleted folders go."""
-    for folder in sorted(root.glob(".replaced-step-*")):
+    for folder in sorted(root.glob(f".replaced-{PREFIX_CHECKPOINT_DIR}-*")):
         original = root / folder.name.removeprefix(".replaced-")
         if REPLACED_DIR.match(folder.name) and not original.exists():
             os.replace(folder, original)
         else:
             shutil.rmtree(folder, ignore_errors=True)
-    for leftover in [*root.glob(".tmp-step-*"), *root.glob(".deleting-step-*")]:
+    for leftover in [
+        *root.glob(f".tmp-{PREFIX_CHECKPOINT_DIR}-*"),
+        *root.glob(f".deleting-{PREFIX_CHECKPOINT_DIR}-*"),
+    ]:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _delete(folder: Path) -> None:
     """Remove a folder by renaming it out of the checkpoints' names first (a kill mid-way leaves a
-    ``.deleting-*`` folder, never a partial ``step-*``)."""
+    ``.deleting-*`` folder, never a partial ``checkpoint-*``)."""
     if not folder.exists():
         return
     doomed = folder.with_name(".deleting-" + folder.name.removeprefix(".replaced-"))
@@ -176,7 +186,9 @@ def _model_folder(path: Path) -> Path:
 
 
 __all__ = [
-    "save_checkpoint",
+    "publish_checkpoint",
+    "staging_dir",
+    "tidy_up",
     "latest_checkpoint",
     "checkpoint_dirs",
     "checkpoint_step",

@@ -1,14 +1,21 @@
 """Translation data: ``source`` / ``target`` pairs from JSON Lines, parallel text files, a Hub data set or
-the built-in synthetic task, and their tokenization."""
+the built-in synthetic task (``prepare_data`` reads a recipe's), the shared vocabulary, and their
+tokenization."""
 
 from __future__ import annotations
 
 import gzip
+import itertools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from datasets import Dataset, DatasetDict, load_dataset
 
+from ..common.data import data_path, load_or_train_tokenizer
 from .synthetic import synthetic_pairs
+
+if TYPE_CHECKING:
+    from .arguments import TranslationTrainingArguments
 
 SPLITS = ("train", "validation", "test")
 
@@ -147,4 +154,40 @@ def tokenize_pairs(data: Dataset, tokenizer, max_source_length: int, max_target_
     return data.map(encode, batched=True, remove_columns=data.column_names, desc="Tokenizing")
 
 
-__all__ = ["load_translation_splits", "tokenize_pairs"]
+def prepare_data(args: TranslationTrainingArguments) -> DatasetDict:
+    """The splits of the recipe's data, as ``source`` / ``target`` text."""
+    files = {
+        split: data_path(getattr(args, f"{split}_file"), args.data_dir)
+        for split in SPLITS
+        if getattr(args, f"{split}_file") is not None
+    }
+    return load_translation_splits(
+        args.dataset,
+        args.source_lang,
+        args.target_lang,
+        files=files,
+        dataset_config=args.dataset_config,
+        columns=(args.source_column, args.target_column),
+        synthetic_sizes={
+            "train": args.synthetic_train_size,
+            "validation": args.synthetic_eval_size,
+            "test": args.synthetic_eval_size,
+        },
+        seed=args.seed,
+    )
+
+
+def translation_tokenizer(args: TranslationTrainingArguments, train_split: Dataset):
+    """§5.1: one BPE vocabulary for both languages: ``tokenizer_path`` or a resumed run's, else trained on
+    the training pairs (sources, then targets) and saved in the run folder."""
+    saved = Path(args.tokenizer_path) if args.tokenizer_path else Path(args.output_dir) / "tokenizer"
+    return load_or_train_tokenizer(
+        [saved],
+        itertools.chain(train_split["source"], train_split["target"]),
+        save_to=saved,
+        vocab_size=args.vocab_size,
+        model_max_length=max(args.max_source_length, args.max_target_length),
+    )
+
+
+__all__ = ["load_translation_splits", "tokenize_pairs", "prepare_data", "translation_tokenizer"]

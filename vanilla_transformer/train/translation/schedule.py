@@ -42,7 +42,8 @@ def transformer_lr_scheduler(
 ) -> LambdaLR:
     """A ``LambdaLR`` that gives update k (1-based) the rate of Eq. 3 at step k, times
     ``cooldown_factor(progress(), cooldown)`` when a cool-down is asked for: ``progress`` reports the
-    fraction of the budget spent when the scheduler sets the next update's rate.
+    fraction of the budget spent when the scheduler sets the next update's rate (it is asked at every
+    update where given, so a budget it keeps can end the run whether or not the rate cools down).
 
     The optimizer's own ``lr`` must be 1.0: LambdaLR multiplies it by the returned factor.
     """
@@ -54,7 +55,7 @@ def transformer_lr_scheduler(
 
     def factor(index: int) -> float:
         rate = transformer_learning_rate(index + 1, d_model, warmup_steps, scale)
-        return rate * cooldown_factor(progress(), cooldown) if cooldown else rate
+        return rate * cooldown_factor(progress(), cooldown) if progress is not None else rate
 
     return LambdaLR(optimizer, factor)
 

@@ -1,0 +1,661 @@
+"""Train a Transformer for translation the paper's way (§5), on transformers' ``Seq2SeqTrainer``.
+
+Read top to bottom: ``train`` sets the run up (data and the shared BPE vocabulary, the model of the
+recipe's ``model:`` block, the trainer's arguments and callbacks), lets the trainer run the updates
+(``TranslationTrainer``) and finishes (the last or averaged weights, the test BLEU, ``results.json``,
+the model card and the BLEU plot).
+
+What the paper's recipe needs beyond a stock ``Seq2SeqTrainer`` is in ``TranslationTrainer``, each on
+the trainer's public hooks:
+
+* §5.1's batches of about ``max_tokens`` source and target tokens (``get_train_dataloader``: a
+  ``TokenBudgetBatchSampler`` that Accelerate shards across processes, one batch per process per step);
+* §5.3's Adam (β1 0.9, β2 0.98, ε 1e-9, fp32 state) and Eq. 3 as the scheduler, times the optional
+  cool-down over the last ``lr_cooldown`` of the budget (``create_optimizer``, ``create_scheduler``);
+* §5.4's label smoothing, computed by the model (the trainer passes it the update's token count, so
+  each token of an accumulated update weighs the same);
+* validation loss on the whole split and BLEU from ``generate()`` (beam 4, α 0.6: the saved generation
+  config) on its first ``eval_bleu_samples`` sentences, both through the trainer's evaluation loop, so
+  both are computed on every process's share of the split (``evaluate``);
+* checkpoints written whole or not at all (``_save_checkpoint`` stages the trainer's own save and
+  ``checkpoints.publish_checkpoint`` renames it into place), so a kill at any moment leaves the last
+  good checkpoint loadable, and ``resume`` reproduces the uninterrupted run's losses;
+* the run's wall-clock budget (``run_minutes``, all invocations) and this invocation's
+  (``session_minutes``) as the callbacks classification uses too (``common/budget.py``).
+
+Everything else is the trainer's: gradient accumulation (``tokens_per_update``), bf16 autocast
+(``mixed_precision: auto | no | bf16``; the weights stay fp32), clipping, logging to TensorBoard,
+resume, and ``accelerate launch`` on several processes (gloo on CPU, NCCL on GPUs) or with FSDP /
+DeepSpeed configurations, whose full weights ``Trainer.save_model`` gathers for the final folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from datasets import Dataset
+from torch.utils.data import DataLoader
+from transformers import (
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+    set_seed,
+)
+from transformers.trainer_callback import ProgressCallback
+
+from ...configuration_vanilla_transformer import VanillaTransformerConfig
+from ...model_card import Result, write_model_card
+from ...modeling_vanilla_transformer import (
+    PAPER_LENGTH_PENALTY,
+    PAPER_NUM_BEAMS,
+    VanillaTransformerForConditionalGeneration,
+)
+from ...precision import use_fast_bf16_kernels
+from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback
+from ..common.data import data_path
+from ..common.plots import plot_history
+from ..common.precision_record import describe_precision, mixed_precision_record
+from ..common.recipes import build_config
+from .arguments import TranslationTrainingArguments
+from .batching import TokenBudgetBatchSampler
+from .checkpoints import (
+    average_checkpoints,
+    latest_checkpoint,
+    publish_checkpoint,
+    spaced_checkpoints,
+    staging_dir,
+    tidy_up,
+)
+from .data import prepare_data, tokenize_pairs, translation_tokenizer
+from .evaluation import bleu_scores, evaluate_split, set_decoding
+
+# torch's fused Adam runs on these devices (fp32 parameters and state, as the paper's Adam).
+FUSED_ADAM_DEVICES = ("cpu", "cuda")
+
+
+def train(args: TranslationTrainingArguments) -> dict:
+    """Run the whole job; returns the final metrics (also written to ``output_dir/results.json``)."""
+    set_seed(args.seed)
+    splits = prepare_data(args)
+    if "train" not in splits:
+        raise ValueError("The data has no 'train' split.")
+    references = data_path(args.tokenized_test_references, args.data_dir)
+    if references is not None and not Path(references).is_file():  # found now, not after the training
+        raise FileNotFoundError(f"No such file (tokenized_test_references): {references}")
+    training = trainer_arguments(args, has_validation="validation" in splits)
+    with training.main_process_first():
+        tokenizer = translation_tokenizer(args, splits["train"])
+    encoded = {
+        name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
+        for name, split in splits.items()
+    }
+    model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
+    set_decoding(model.generation_config, args.num_beams, args.length_penalty)
+    precision = mixed_precision_record(args.mixed_precision, training.device)
+    use_fast_bf16_kernels(model, precision, training.device)
+    sampler = TokenBudgetBatchSampler(
+        [len(x) for x in encoded["train"]["input_ids"]],
+        [len(x) for x in encoded["train"]["labels"]],
+        args.max_tokens,
+        shuffle=True,
+        seed=args.seed,
+    )
+    training.gradient_accumulation_steps = accumulation_steps(args, encoded["train"], sampler, training)
+
+    checkpoint = resumed_checkpoint(args, training)
+    clock = TrainingClock.resuming(args.run_minutes, checkpoint)
+    session = TimeBudget(args.session_minutes) if args.session_minutes is not None else None
+    trainer = TranslationTrainer(
+        model=model,
+        args=training,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        train_dataset=encoded["train"],
+        eval_dataset=encoded.get("validation"),
+        processing_class=tokenizer,
+        recipe=args,
+        sampler=sampler,
+        clock=clock,
+        bleu_references=splits["validation"]["target"] if "validation" in splits else None,
+    )
+    trainer.add_callback(clock)
+    if session is not None:
+        trainer.add_callback(session)
+    trainer.add_callback(RunEnd(args, clock, session, has_validation="validation" in encoded))
+    trainer.add_callback(TrainLog(Path(args.output_dir) / "train_log.jsonl"))
+    trainer.remove_callback(ProgressCallback)
+    trainer.add_callback(TrainingProgressCallback(clock))
+    describe_run(trainer, len(splits["train"]), precision)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if session is not None and session.ended and not run_over(args, trainer.state, clock):
+        return stop_session(trainer, args, clock)
+    return finish(trainer, args, splits, precision, clock.elapsed_seconds / 60)
+
+
+# -- set-up ------------------------------------------------------------------------------------------------
+
+
+def trainer_arguments(args: TranslationTrainingArguments, has_validation: bool) -> Seq2SeqTrainingArguments:
+    """The recipe's settings in the trainer's terms. Checkpoints go to ``output_dir/checkpoints``; the
+    learning rate is the scheduler's (Eq. 3), the optimizer ours (``create_optimizer``)."""
+    device = (
+        torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
+    )
+    precision = mixed_precision_record(args.mixed_precision, device)
+    return Seq2SeqTrainingArguments(
+        output_dir=str(Path(args.output_dir) / "checkpoints"),
+        max_steps=args.max_steps,
+        seed=args.seed,
+        bf16=precision["used"] == "bf16",
+        use_cpu=not torch.accelerator.is_available(),
+        max_grad_norm=args.max_grad_norm or 0.0,
+        per_device_eval_batch_size=args.eval_batch_size,
+        eval_strategy="steps" if has_validation else "no",
+        eval_steps=args.eval_every,
+        save_strategy="steps",
+        save_steps=args.save_every,
+        save_total_limit=None,  # publish_checkpoint keeps the last keep_last, deleting by rename
+        logging_strategy="steps",
+        logging_steps=args.log_every,
+        report_to=[] if args.report_to == "none" else [args.report_to],
+        predict_with_generate=True,
+        label_smoothing_factor=0.0,  # §5.4's smoothing is the model config's, computed in its loss
+        dataloader_drop_last=False,
+        remove_unused_columns=False,
+        disable_tqdm=False,
+    )
+
+
+def build_model_config(args: TranslationTrainingArguments, tokenizer) -> VanillaTransformerConfig:
+    """The recipe's model block (a Table 3 preset and/or fields) with the run's vocabulary, special tokens
+    and language pair."""
+    return build_config(
+        args.model,
+        defaults={"max_position_embeddings": max(args.max_source_length, args.max_target_length) + 64},
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+    )
+
+
+def accumulation_steps(
+    args: TranslationTrainingArguments, train_data: Dataset, sampler: TokenBudgetBatchSampler, training
+) -> int:
+    """Batches per process per update: ``gradient_accumulation_steps``, else enough batches for about
+    ``tokens_per_update`` target tokens over all processes, else 1."""
+    if args.gradient_accumulation_steps:
+        return args.gradient_accumulation_steps
+    tokens_per_batch = sum(len(x) for x in train_data["labels"]) / max(len(sampler), 1)
+    return max(1, round((args.tokens_per_update or 0) / (tokens_per_batch * training.world_size)))
+
+
+def resumed_checkpoint(args: TranslationTrainingArguments, training) -> Path | None:
+    """With ``resume``: the latest complete checkpoint (None, said aloud, where there is none)."""
+    if not args.resume:
+        return None
+    checkpoint = latest_checkpoint(Path(training.output_dir))
+    if training.process_index == 0:
+        if checkpoint is None:
+            print(f"No checkpoint under {training.output_dir}: starting from scratch.")
+        else:
+            print(f"Resuming from {checkpoint}.")
+    return checkpoint
+
+
+def describe_run(trainer: TranslationTrainer, pairs: int, precision: dict) -> None:
+    """Say what is trained, on what, how and in what precision."""
+    if not trainer.is_world_process_zero():
+        return
+    args = trainer.args
+    print(
+        f"Model: {trainer.model.num_parameters():,} parameters; vocabulary {len(trainer.processing_class)}; "
+        f"{pairs:,} training pairs in {len(trainer.sampler)} batches of <= {trainer.recipe.max_tokens} "
+        f"tokens; {args.gradient_accumulation_steps} batch(es) x {args.world_size} process(es) per update."
+    )
+    print(f"Precision: {describe_precision(precision)}.")
+
+
+# -- the trainer -------------------------------------------------------------------------------------------
+
+
+class TranslationTrainer(Seq2SeqTrainer):
+    """``Seq2SeqTrainer`` with §5's batches, optimizer and schedule, the validation BLEU of §6.1's beam
+    search, and crash-safe checkpoints (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        recipe: TranslationTrainingArguments,
+        sampler: TokenBudgetBatchSampler,
+        clock: TrainingClock,
+        bleu_references: list[str] | None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.recipe, self.sampler, self.clock = recipe, sampler, clock
+        self.bleu_references = bleu_references
+        self.tokens_since_log, self.log_started = 0, time.monotonic()
+        self.scoring_tokens = False  # prediction_step's mode: the validation loss's sums, or Seq2SeqTrainer's
+
+    # -- batches --------------------------------------------------------------------------------------
+
+    def get_train_dataloader(self) -> DataLoader:
+        """Batches of at most ``max_tokens`` source and target tokens (§5.1). Accelerate shards them:
+        process p of P takes batches p, p + P, ... of the epoch. A private generator: starting an epoch
+        must not draw from the global RNG that dropout uses, or a resumed run (which starts its epoch
+        mid-way) would see different dropout masks."""
+        loader = DataLoader(
+            self.train_dataset,
+            batch_sampler=self.sampler,
+            collate_fn=self.data_collator,
+            generator=torch.Generator().manual_seed(self.args.seed),
+            num_workers=self.args.dataloader_num_workers,
+        )
+        return self.accelerator.prepare(loader)
+
+    def get_eval_dataloader(self, eval_dataset=None) -> DataLoader:
+        """The validation split longest first (similar lengths batch with little padding), in batches of
+        ``eval_batch_size``: a fixed size, so the evaluation loop's gather drops the repeats that even
+        out the last batches across processes."""
+        return self._sorted_loader(eval_dataset if eval_dataset is not None else self.eval_dataset)
+
+    def _sorted_loader(self, data: Dataset) -> DataLoader:
+        order = np.argsort([-len(x) for x in data["input_ids"]], kind="stable")
+        loader = DataLoader(
+            data.select(order),
+            batch_size=self.args.per_device_eval_batch_size,
+            collate_fn=self.data_collator,
+            shuffle=False,
+        )
+        loader.order = order  # the split's index of each row, for the references
+        prepared = self.accelerator.prepare(loader)
+        prepared.order = order
+        return prepared
+
+    # -- optimizer and schedule (§5.3) --------------------------------------------------------------------
+
+    def create_optimizer(self, model=None):
+        """Adam with the recipe's betas and epsilon (§5.3: 0.9, 0.98, 1e-9), no weight decay; ``lr`` 1.0,
+        which the scheduler multiplies by Eq. 3's rate."""
+        if self.optimizer is None:
+            parameters = [p for p in (model or self.model).parameters() if p.requires_grad]
+            self.optimizer = torch.optim.Adam(
+                parameters,
+                lr=1.0,
+                betas=(self.recipe.adam_beta1, self.recipe.adam_beta2),
+                eps=self.recipe.adam_epsilon,
+                fused=self.args.device.type in FUSED_ADAM_DEVICES,  # one kernel for all parameters
+            )
+        return self.optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        """Eq. 3 at every update, times the cool-down of ``lr_cooldown`` (``budget_spent``)."""
+        if self.lr_scheduler is None:
+            from .schedule import transformer_lr_scheduler
+
+            self.lr_scheduler = transformer_lr_scheduler(
+                optimizer or self.optimizer,
+                self.model.config.d_model,
+                self.recipe.warmup_steps,
+                self.recipe.lr_scale,
+                cooldown=self.recipe.lr_cooldown,
+                progress=self.budget_spent,
+            )
+        return self.lr_scheduler
+
+    def budget_spent(self) -> float:
+        """The fraction of the run's budget spent when the scheduler sets the next update's rate: of
+        ``max_steps``, or of ``run_minutes`` if that is further along. The same on every process (the
+        largest), so their learning rates, and the update the clock stops at, agree."""
+        steps = (self.state.global_step + 1) / max(self.state.max_steps or self.args.max_steps, 1)
+        minutes = self.clock.scheduled_progress()
+        if self.args.world_size > 1:
+            both = torch.tensor([steps, minutes], device=self.args.device)
+            steps, minutes = self.accelerator.reduce(both, "max").tolist()
+            self.clock.last_progress = minutes
+        return max(steps, minutes)
+
+    # -- training steps and logs --------------------------------------------------------------------------
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        """The trainer's step; counts the batch's real source and target tokens for the throughput."""
+        self.tokens_since_log += count_tokens(inputs) * self.args.world_size
+        return super().training_step(model, inputs, *args, **kwargs)
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        """The trainer's log, with the training throughput in tokens per second since the last row."""
+        if "loss" in logs:
+            now = time.monotonic()
+            logs["tokens_per_second"] = self.tokens_since_log / max(now - self.log_started, 1e-9)
+            self.tokens_since_log, self.log_started = 0, now
+        super().log(logs, *args, **kwargs)
+
+    # -- validation -----------------------------------------------------------------------------------
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval", **gen_kwargs):
+        """Validation loss over the whole split and beam-search BLEU (the saved generation config) on its
+        first ``eval_bleu_samples`` sentences, both with the trainer's evaluation loop on every process;
+        logged as ``eval_loss``, ``eval_perplexity``, ``eval_sacrebleu``, ``eval_bleu_lc_tok``.
+
+        The loss is §5.4's label-smoothed loss per target token of the whole split, each sentence counted
+        once (``prediction_step`` returns per-sentence sums, which the loop gathers row by row and cuts
+        to the split's length, so the repeats that even out the last batches across processes drop out).
+        Runs in a forked RNG, so that evaluating never changes the training run's random stream."""
+        data = eval_dataset if eval_dataset is not None else self.eval_dataset
+        started = time.monotonic()
+        # Seq2SeqTrainer fills the model's generation config with every default (max_length 20, ...),
+        # which the saved folders would carry: it gets a copy to fill.
+        saved_config = self.model.generation_config
+        self.model.generation_config = copy.deepcopy(saved_config)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                self.scoring_tokens = True
+                totals = self.evaluation_loop(
+                    self.get_eval_dataloader(data),
+                    description="Validation loss",
+                    prediction_loss_only=False,
+                    ignore_keys=ignore_keys,
+                    metric_key_prefix=metric_key_prefix,
+                ).predictions  # (sentences, 2): each one's loss summed over its tokens, its tokens
+                self.scoring_tokens = False
+                loss = float(totals[:, 0].sum() / max(totals[:, 1].sum(), 1))
+                sample = data.select(range(min(self.recipe.eval_bleu_samples, len(data))))
+                loader = self._sorted_loader(sample)
+                generated = self.evaluation_loop(
+                    loader,
+                    description="Validation BLEU",
+                    prediction_loss_only=False,
+                    ignore_keys=ignore_keys,
+                    metric_key_prefix=metric_key_prefix,
+                )
+        finally:
+            self.model.generation_config = saved_config
+            self.scoring_tokens = False
+        hypotheses = self.decode(generated.predictions)
+        references = [self.bleu_references[i] for i in loader.order]
+        scores = bleu_scores(hypotheses, references, self.recipe.target_lang)
+        metrics = {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 50)),
+            **scores,
+            "elapsed_minutes": self.clock.elapsed_seconds / 60,
+            "runtime": time.monotonic() - started,
+        }
+        metrics = {f"{metric_key_prefix}_{key}": value for key, value in metrics.items()}
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        """Seq2SeqTrainer's step (generation for BLEU); for the validation loss, each sentence's
+        label-smoothed loss summed over its target tokens and its token count, as the "logits"."""
+        if not self.scoring_tokens:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
+        inputs = self._prepare_inputs(inputs)
+        labels = inputs["labels"]
+        with torch.no_grad(), self.compute_loss_context_manager():
+            logits = model(**inputs).logits
+        per_token = torch.nn.functional.cross_entropy(
+            logits.flatten(0, 1).float(),
+            labels.flatten(),
+            ignore_index=-100,
+            label_smoothing=self.model.config.label_smoothing,
+            reduction="none",
+        ).view(labels.shape)
+        totals = torch.stack([per_token.sum(-1), (labels != -100).sum(-1).float()], dim=-1)
+        return None, totals, None
+
+    def decode(self, predictions: np.ndarray) -> list[str]:
+        """Generated ids (padded with -100 by the evaluation loop's gather) as detokenized text."""
+        pad = self.processing_class.pad_token_id
+        ids = np.where(predictions == -100, pad, predictions)
+        return [text.strip() for text in self.processing_class.batch_decode(ids, skip_special_tokens=True)]
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model, trial, *args, **kwargs):
+        """The trainer's checkpoint, written under ``.tmp-checkpoint-N/`` and renamed into place once every
+        process has written its part (see ``checkpoints.py``): never a partial ``checkpoint-N``."""
+        root = Path(self.args.output_dir)
+        staged = staging_dir(root, self.state.global_step)
+        if self.args.should_save:
+            root.mkdir(parents=True, exist_ok=True)
+            tidy_up(root)
+        self.accelerator.wait_for_everyone()
+        self.args.output_dir = str(staged)
+        try:
+            super()._save_checkpoint(model, trial, *args, **kwargs)
+        finally:
+            self.args.output_dir = str(root)
+        self.accelerator.wait_for_everyone()
+        if self.args.should_save:
+            publish_checkpoint(staged / f"checkpoint-{self.state.global_step}", root, self.recipe.keep_last)
+        self.accelerator.wait_for_everyone()
+
+
+def count_tokens(batch) -> int:
+    """Real (non-padding) source and target tokens in a batch."""
+    return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
+
+
+def run_over(args: TranslationTrainingArguments, state, clock: TrainingClock) -> bool:
+    """The run's updates, epochs or minutes used up (``session_minutes`` ends only an invocation)."""
+    over_time = clock.budget_minutes is not None and clock.last_progress >= 1
+    over_epochs = args.max_epochs is not None and state.epoch >= args.max_epochs - 1e-9
+    return state.global_step >= args.max_steps or over_time or over_epochs
+
+
+class RunEnd(TrainerCallback):
+    """The end of a run or an invocation: ``max_epochs`` ends the run too; the last update is always
+    saved (a resumable checkpoint, and one that §6.1's average can take), and, at the run's end, it is
+    validated, for the curve's last point."""
+
+    def __init__(self, args, clock: TrainingClock, session: TimeBudget | None, has_validation: bool):
+        self.args, self.clock, self.session, self.has_validation = args, clock, session, has_validation
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.args.max_epochs is not None and state.epoch >= self.args.max_epochs - 1e-9:
+            control.should_training_stop = True
+        if control.should_training_stop:
+            control.should_save = True
+            if self.has_validation and run_over(self.args, state, self.clock):
+                control.should_evaluate = True
+        return control
+
+
+class TrainLog(TrainerCallback):
+    """``train_log.jsonl``: one row per training log. A row labelled step k reports update k:
+    ``train/lr`` is the rate it stepped with (Eq. 3 at step k, counting from 1), ``train/grad_norm`` the
+    norm of its gradient before clipping, ``train/loss`` the loss of its batches (means over the updates
+    since the previous row when ``log_every`` > 1)."""
+
+    NAMES = {
+        "loss": "train/loss",
+        "learning_rate": "train/lr",
+        "grad_norm": "train/grad_norm",
+        "tokens_per_second": "train/tokens_per_second",
+    }
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or "loss" not in (logs or {}):
+            return
+        row = {"step": state.global_step} | {new: logs[old] for old, new in self.NAMES.items() if old in logs}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as log:
+            log.write(json.dumps(row) + "\n")
+
+
+# -- the end of the run ------------------------------------------------------------------------------------
+
+
+def validation_history(trainer: TranslationTrainer) -> list[dict]:
+    """One row per validation of the run (earlier invocations' too: the checkpoint carries them)."""
+    return [
+        {"step": row["step"]}
+        | {key.removeprefix("eval_"): value for key, value in row.items() if key.startswith("eval_")}
+        for row in trainer.state.log_history
+        if "eval_sacrebleu" in row
+    ]
+
+
+def finish(trainer: TranslationTrainer, args, splits, precision: dict, training_minutes: float) -> dict:
+    """The final model (last weights, or §6.1's average), its test BLEU, results.json, the card, the plot."""
+    output = Path(args.output_dir)
+    results = {
+        "updates": trainer.state.global_step,
+        "training_minutes": training_minutes,
+        "mixed_precision": precision,
+    }
+    final = save_final_model(trainer, args, results)
+    if trainer.is_world_process_zero():
+        results["parameters"] = final.num_parameters()
+        results["peak_memory_mib"] = peak_memory_mib(trainer.args.device)
+        results["history"] = validation_history(trainer)
+        if "test" in splits:
+            results["test"] = evaluate_test_split(trainer, args, final, splits["test"])
+        (output / "results.json").write_text(json.dumps(results, indent=2))
+        write_translation_card(args, final, results, output / "model")
+        plot = plot_history(
+            results["history"], output / "bleu_curve.png", f"{args.source_lang} -> {args.target_lang}"
+        )
+        if plot is not None:
+            print(f"Validation curve: {plot}")
+        print(f"Model saved to {output / 'model'} after {training_minutes:.1f} minutes of training.")
+    trainer.accelerator.wait_for_everyone()
+    return results
+
+
+def stop_session(trainer: TranslationTrainer, args, clock: TrainingClock) -> dict:
+    """The end of an invocation that ``session_minutes`` stopped before the run's end: its checkpoint is
+    saved; the same command with ``resume=true`` continues the run from it."""
+    if trainer.is_world_process_zero():
+        print(
+            f"Stopped after session_minutes={args.session_minutes} at update {trainer.state.global_step} "
+            f"({clock.elapsed_seconds / 60:.1f} minutes of the run so far); the checkpoint is in "
+            f"{trainer.args.output_dir}. Run the same command with `--set resume=true` to continue."
+        )
+    trainer.accelerator.wait_for_everyone()
+    return {
+        "updates": trainer.state.global_step,
+        "training_minutes": clock.elapsed_seconds / 60,
+        "stopped": "session_minutes",
+    }
+
+
+def peak_memory_mib(device: torch.device) -> dict[str, float]:
+    """This process's peak resident memory (the host's, training included), and on a GPU the peak that
+    torch allocated there, in MiB."""
+    import resource
+
+    peaks = {"host": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # Linux reports KiB
+    if device.type == "cuda":
+        peaks["cuda"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return {name: round(value, 1) for name, value in peaks.items()}
+
+
+def save_final_model(trainer: TranslationTrainer, args, results: dict):
+    """``output_dir/model``: the average of the last ``average_last`` checkpoints (§6.1), else the last
+    weights (fp32: mixed precision computes in bf16, it never casts the weights). ``save_model`` gathers
+    the full weights where FSDP or DeepSpeed ZeRO-3 shard them; every process calls it."""
+    folder = Path(args.output_dir) / "model"
+    final = trainer.accelerator.unwrap_model(trainer.model)
+    averaged = spaced_checkpoints(Path(trainer.args.output_dir), args.average_last, args.save_every)
+    if len(averaged) > 1:
+        if trainer.is_world_process_zero():
+            average_checkpoints(averaged, folder)
+            results["averaged_checkpoints"] = [checkpoint.name for checkpoint in averaged]
+            print(f"Final model: the average of {', '.join(results['averaged_checkpoints'])}.")
+        trainer.accelerator.wait_for_everyone()
+        return type(final).from_pretrained(folder).to(trainer.args.device)
+    trainer.save_model(str(folder))
+    return final
+
+
+def evaluate_test_split(trainer: TranslationTrainer, args, model, split) -> dict:
+    """Translate the test split in the run's precision; print three samples; both BLEUs."""
+    references = data_path(args.tokenized_test_references, args.data_dir)
+    hypotheses_file = Path(args.output_dir) / "test_hypotheses.txt"
+    with trainer.accelerator.autocast():
+        scores, samples = evaluate_split(
+            model, trainer.processing_class, split, args, hypotheses_file, references
+        )
+    print("\nSample translations (test):")
+    for source, hypothesis, reference in samples:
+        print(f"  source:     {source}\n  hypothesis: {hypothesis}\n  reference:  {reference}\n")
+    print(
+        f"Test BLEU: sacreBLEU (cased, 13a) {scores['sacrebleu']:.2f}; "
+        f"lowercased tokenized {scores['bleu_lc_tok']:.2f}"
+    )
+    return scores
+
+
+def write_translation_card(args, model, results: dict, folder: Path) -> Path:
+    """The filled model card of this run: its test BLEU (both conventions), data, length and recipe."""
+    if args.dataset in ("json", "text"):
+        name, kind = Path(args.train_file).parent.name or "local", args.dataset
+    else:
+        name, kind = args.dataset, args.dataset
+    split = Path(args.test_file).name.split(".")[0] if args.test_file else "test"
+    pair = f"{args.source_lang}-{args.target_lang}"
+    scores = [
+        Result("translation", "bleu", "sacreBLEU (cased, 13a)", value, name, kind, split)
+        for value in [results.get("test", {}).get("sacrebleu")]
+        if value is not None
+    ] + [
+        Result("translation", "bleu", "BLEU (lowercased, tokenized)", value, name, kind, split)
+        for value in [results.get("test", {}).get("bleu_lc_tok")]
+        if value is not None
+    ]
+    training = {
+        "data": f"{name} ({pair})",
+        "updates": results["updates"],
+        "training time": f"{results['training_minutes']:.1f} min",
+        "tokens per batch": args.max_tokens,
+        "optimizer": f"Adam({args.adam_beta1}, {args.adam_beta2}, eps={args.adam_epsilon}), Eq. 3 "
+        f"(warmup {args.warmup_steps}, scale {args.lr_scale})"
+        + (
+            f", linear cool-down to 0 over the last {args.lr_cooldown:.0%} of the budget"
+            if args.lr_cooldown
+            else ""
+        ),
+        "label smoothing": model.config.label_smoothing,
+        "precision": describe_precision(results["mixed_precision"]),
+        "final model": ", ".join(results.get("averaged_checkpoints", [])) or "last weights",
+        "decoding (saved generation config)": describe_decoding(args.num_beams, args.length_penalty),
+    }
+    return write_model_card(
+        folder,
+        model,
+        task="translation",
+        name=Path(args.output_dir).name,
+        summary=f"A Transformer trained from scratch with vanilla-transformer to translate {pair} "
+        f"(beam {args.num_beams}, length penalty {args.length_penalty}).",
+        results=scores,
+        datasets=[name] if kind not in ("json", "text", "synthetic") else [],
+        training=training,
+        language=[args.source_lang, args.target_lang],
+    )
+
+
+def describe_decoding(num_beams: int, length_penalty: float) -> str:
+    """The card's decoding row: §6.1's beam 4 and alpha 0.6, or the recipe's departure from them."""
+    paper = f"beam {PAPER_NUM_BEAMS}, length penalty {PAPER_LENGTH_PENALTY}"
+    if (num_beams, length_penalty) == (PAPER_NUM_BEAMS, PAPER_LENGTH_PENALTY):
+        return f"{paper} (§6.1)"
+    search = "greedy search" if num_beams == 1 else f"beam {num_beams}, length penalty {length_penalty}"
+    return f"{search}: the recipe's choice, departing from §6.1's {paper}"
+
+
+__all__ = ["train", "build_model_config", "TranslationTrainer"]
