@@ -704,6 +704,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         tied = set(self.all_tied_weights_keys)
         self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | tied
 
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs):
+        """transformers' ``save_pretrained``, also for a model that FSDP2 has sharded: ``fully_shard``
+        swaps in a subclass defined in torch, and transformers copies the module of the saved object's
+        class as the folder's remote code. The folder must carry this file and name this class instead."""
+        own = next(cls for cls in type(self).__mro__ if cls.__module__ == __name__)
+        if own is type(self):
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        wrapped, self.__class__ = self.__class__, own
+        try:
+            return self.save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            self.__class__ = wrapped
+
     def _paper_tied_weights(self) -> dict[str, str]:
         """{tied parameter: source parameter} that this class (not its sub-models) declares."""
         return {}
