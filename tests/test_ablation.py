@@ -21,17 +21,17 @@ model: {d_model: 32, d_ff: 64, num_heads: 4, num_encoder_layers: 1, num_decoder_
 max_tokens: 600
 max_steps: 3
 warmup_steps: 2
-eval_every: 3
+eval_steps: 3
 eval_bleu_samples: 4
-save_every: 3
-keep_last: 1
+save_steps: 3
+save_total_limit: 1
 mixed_precision: "no"
 report_to: none
 """
 
 STUDY = """
 recipe: tiny.yaml
-settings: {max_steps: 2, save_every: 1, eval_every: 2, model.dropout: 0.0}
+settings: {max_steps: 2, save_steps: 1, eval_steps: 2, model.dropout: 0.0}
 rows:
   A:
     - {model.num_heads: 1}

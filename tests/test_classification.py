@@ -298,9 +298,10 @@ def record_training(monkeypatch) -> RecordTraining:
     """Adds a RecordTraining to the Trainers that pre-training and fine-tuning build (beside their own
     callbacks)."""
     recorder = RecordTraining()
-    for stage in (pretrain_stage, finetune_stage):
-        own = stage.budget_callbacks
-        monkeypatch.setattr(stage, "budget_callbacks", lambda args, own=own: [*own(args), recorder])
+    # Pre-training reads the set-up module's function; fine-tuning imported it by name.
+    for module in (pretrain_stage.stage, finetune_stage):
+        own = module.budget_callbacks
+        monkeypatch.setattr(module, "budget_callbacks", lambda args, own=own: [*own(args), recorder])
     return recorder
 
 

@@ -57,7 +57,7 @@ SETTINGS = {
     **{key: value for key, value in TINY_RUN.items() if key != "model"},
     "max_steps": 150,  # enough for sentences with some right words
     "warmup_steps": 30,
-    "save_every": 50,
+    "save_steps": 50,
     "synthetic_eval_size": 6,
 }
 ROOT = Path(__file__).parent.parent

@@ -31,8 +31,8 @@ STEPS = 12
 SETTINGS = {
     **{key: value for key, value in TINY_RUN.items() if key != "model"},
     "max_steps": STEPS,
-    "save_every": 1,  # a checkpoint after every update: most of a run's time is spent writing one
-    "keep_last": 2,  # and every save deletes an old one
+    "save_steps": 1,  # a checkpoint after every update: most of a run's time is spent writing one
+    "save_total_limit": 2,  # and every save deletes an old one
     "synthetic_eval_size": 1,
     "eval_bleu_samples": 1,
 }
@@ -110,7 +110,7 @@ def test_runs_killed_while_writing_checkpoints_resume_to_the_uninterrupted_run(t
     folder = tmp_path / "killed"
     root = folder / "checkpoints"
     # Three moments of a save: the staging folder just made, the model being written, an old
-    # checkpoint being deleted (keep_last) after the new one was renamed into place. The last lasts about
+    # checkpoint being deleted (save_total_limit) after the new one was renamed into place. The last lasts about
     # a millisecond: if the poll misses it, the kill comes as the next save starts. Each marker comes with
     # the latest checkpoint a kill at that moment leaves.
     moments = [
@@ -190,7 +190,7 @@ def _weights(step: int) -> VanillaTransformerForConditionalGeneration:
     return VanillaTransformerForConditionalGeneration(tiny_config())
 
 
-def _save(tokenizer, root, step, model, keep_last=2):
+def _save(tokenizer, root, step, model, save_total_limit=2):
     """What ``TranslationTrainer._save_checkpoint`` does around the Trainer's own save: tidy up, write the
     checkpoint under its staging folder (here: a model folder, an RNG state and the trainer state), publish."""
     root.mkdir(parents=True, exist_ok=True)
@@ -200,7 +200,7 @@ def _save(tokenizer, root, step, model, keep_last=2):
     tokenizer.save_pretrained(staged)
     torch.save({"cpu": torch.get_rng_state()}, staged / "rng_state.pth")
     (staged / STATE_FILE).write_text(json.dumps({"global_step": step}))
-    publish_checkpoint(staged, root, keep_last)
+    publish_checkpoint(staged, root, save_total_limit)
 
 
 def _first_weight(folder: Path) -> torch.Tensor:
@@ -214,7 +214,7 @@ def test_a_save_killed_at_any_rename_or_deletion_keeps_the_last_good_checkpoint(
     tmp_path, tokenizer, monkeypatch
 ):
     """A run restarted in its old folder saves step 5 again (over the earlier save), then step 6, which
-    deletes step 4 (keep_last 2). Killed before any of those renames and deletions, or half-way through
+    deletes step 4 (save_total_limit 2). Killed before any of those renames and deletions, or half-way through
     a deletion, the folder still lists only complete checkpoints, step 5 among them (the earlier or the
     new save); and the next save leaves exactly the last two, nothing half-written beside them."""
     template = tmp_path / "template"

@@ -51,10 +51,10 @@ TINY_RUN = dict(
     max_tokens=300,
     warmup_steps=4,
     lr_scale=1.0,
-    eval_every=1000,
+    eval_steps=1000,
     eval_bleu_samples=4,
     num_beams=2,
-    log_every=1,
+    logging_steps=1,
     report_to="none",
 )
 
@@ -168,7 +168,7 @@ EQ3_D32_WARMUP4 = {
 def test_the_logged_learning_rate_of_update_k_is_eq3_at_step_k(tmp_path):
     """A real run logs, in the row of step k, the rate update k stepped with: update 1 uses lr(1), never
     lr(0) or lr(2) (the scheduler has already moved on to the next update's rate when the row is written)."""
-    _, folder = run(tmp_path, "run", max_steps=16, warmup_steps=4, lr_scale=1.0, save_every=16)
+    _, folder = run(tmp_path, "run", max_steps=16, warmup_steps=4, lr_scale=1.0, save_steps=16)
     rates = {step: row["train/lr"] for step, row in logged_rows(folder).items()}
     assert sorted(rates) == list(range(1, 17))
     assert {step: rates[step] for step in EQ3_D32_WARMUP4} == pytest.approx(EQ3_D32_WARMUP4, rel=1e-5)
@@ -190,7 +190,7 @@ def test_cooldown_takes_eq3_linearly_to_zero_over_the_last_fraction_of_the_budge
     lr(8) = 0.0625 * 0.25 = 0.015625."""
     assert [cooldown_factor(p, 0.2) for p in (0.0, 0.8, 0.9, 1.0, 1.3)] == pytest.approx([1, 1, 0.5, 0, 0])
     assert cooldown_factor(0.99, 0.0) == 1.0  # 0: the paper's schedule
-    _, folder = run(tmp_path, "run", max_steps=8, warmup_steps=4, lr_cooldown=0.5, save_every=8)
+    _, folder = run(tmp_path, "run", max_steps=8, warmup_steps=4, lr_cooldown=0.5, save_steps=8)
     rates = {step: row["train/lr"] for step, row in logged_rows(folder).items()}
     assert {k: rates[k] for k in (2, 4, 5)} == pytest.approx(
         {k: transformer_learning_rate(k, 32, 4) for k in (2, 4, 5)}
@@ -327,7 +327,7 @@ def test_a_run_with_a_saved_tokenizer_logs_into_a_new_output_dir(tmp_path):
     ``output_dir`` before the first log row: it crashed with "No such file ... train_log.jsonl"."""
     _, first = run(tmp_path, "first", max_steps=2)
     results, folder = run(
-        tmp_path, "nested/second", max_steps=3, save_every=1000, tokenizer_path=str(first / "tokenizer")
+        tmp_path, "nested/second", max_steps=3, save_steps=1000, tokenizer_path=str(first / "tokenizer")
     )
     assert sorted(logged_losses(folder)) == [1, 2, 3] and results["updates"] == 3
     assert not (folder / "tokenizer").exists()  # the saved one was used, not retrained
@@ -336,7 +336,7 @@ def test_a_run_with_a_saved_tokenizer_logs_into_a_new_output_dir(tmp_path):
 @pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_resume_reproduces_the_uninterrupted_run(tmp_path, precision):
     dropout = {"dropout": 0.1}
-    settings = dict(save_every=3, model=dropout, mixed_precision=precision)
+    settings = dict(save_steps=3, model=dropout, mixed_precision=precision)
     _, straight = run(tmp_path, "straight", max_steps=6, **settings)
     _, interrupted = run(tmp_path, "interrupted", max_steps=3, **settings)
     (interrupted / "checkpoints" / ".tmp-checkpoint-4").mkdir()  # a crash mid-write leaves this behind
@@ -350,7 +350,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, precision):
 def test_session_minutes_stops_the_invocation_and_resume_finishes_the_run(tmp_path):
     """``session_minutes: 0`` ends this invocation after its first update, with a checkpoint and no final
     model; the same run resumed goes on from there to the losses of the uninterrupted run."""
-    settings = dict(save_every=100, model={"dropout": 0.1})
+    settings = dict(save_steps=100, model={"dropout": 0.1})
     _, straight = run(tmp_path, "straight", max_steps=4, **settings)
     stopped, folder = run(tmp_path, "sessions", max_steps=4, session_minutes=0, **settings)
     assert stopped["stopped"] == "session_minutes" and stopped["updates"] == 1
@@ -364,15 +364,48 @@ def test_session_minutes_stops_the_invocation_and_resume_finishes_the_run(tmp_pa
 
 @pytest.mark.parametrize(
     ("key", "named"),
-    [("max_minutes", "`run_minutes`"), ("time_budget_minutes", "`run_minutes`")],
+    [
+        ("max_minutes", "`run_minutes`"),
+        ("time_budget_minutes", "`run_minutes`"),
+        # translation's own names before it trained on Seq2SeqTrainer: the trainer's keys now
+        ("eval_every", "`eval_steps`"),
+        ("save_every", "`save_steps`"),
+        ("log_every", "`logging_steps`"),
+        ("eval_batch_size", "`per_device_eval_batch_size`"),
+        ("keep_last", "`save_total_limit`"),
+    ],
 )
-def test_renamed_budget_settings_are_refused_naming_the_new_ones(tmp_path, key, named):
+def test_renamed_settings_are_refused_naming_the_new_ones(tmp_path, key, named):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"{key}: 10\n")
     with pytest.raises(ValueError, match=rf"recipe.yaml: `{key}` .*{named}"):
         load_arguments(str(recipe))
     with pytest.raises(ValueError, match=rf"--set: `{key}` .*{named}"):
         load_arguments(None, {key: 10})
+
+
+def test_a_recipe_sets_the_trainers_switches_by_their_transformers_names(tmp_path):
+    """The recipe is Seq2SeqTrainingArguments with the translation fields added: a trainer switch a user
+    knows (accumulation, logging, the tracker, compile, Hub pushes) is a recipe key, with the paper's
+    defaults where the paper has one; the settings the run decides itself are refused, naming what to set."""
+    args = load_arguments(
+        None,
+        {"gradient_accumulation_steps": 3, "logging_steps": 7, "torch_compile": True, "report_to": "none"},
+    )
+    assert (args.gradient_accumulation_steps, args.logging_steps, args.torch_compile) == (3, 7, True)
+    assert args.report_to == [] or args.report_to == ["none"]
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)  # §5.3
+    assert (args.max_steps, args.warmup_steps, args.seed) == (800, 400, 0)  # the built-in job
+    for key, named in (
+        ("learning_rate", "`lr_scale`"),
+        ("lr_scheduler_type", "Eq. 3"),
+        ("bf16", "`mixed_precision`"),
+        ("label_smoothing_factor", "`model.label_smoothing`"),
+    ):
+        with pytest.raises(ValueError, match=rf"--set: `{key}` is not a translation setting: .*{named}"):
+            load_arguments(None, {key: 1})
+    with pytest.raises(ValueError, match="`tokens_per_update` .* or `gradient_accumulation_steps`, not both"):
+        load_arguments(None, {"tokens_per_update": 1000, "gradient_accumulation_steps": 2})
 
 
 def test_the_progress_bar_counts_minutes_where_a_minutes_budget_ends_the_run(tmp_path, capsys):
@@ -395,12 +428,12 @@ def test_the_progress_bar_counts_minutes_where_a_minutes_budget_ends_the_run(tmp
 
 
 def test_keeps_only_the_last_k_checkpoints(tmp_path):
-    _, folder = run(tmp_path, "run", max_steps=8, save_every=2, keep_last=2)
+    _, folder = run(tmp_path, "run", max_steps=8, save_steps=2, save_total_limit=2)
     assert [p.name for p in checkpoint_dirs(folder / "checkpoints")] == ["checkpoint-6", "checkpoint-8"]
 
 
 def test_averaging_two_checkpoints_averages_their_tensors(tmp_path):
-    _, folder = run(tmp_path, "run", max_steps=4, save_every=2)
+    _, folder = run(tmp_path, "run", max_steps=4, save_steps=2)
     first, second = checkpoint_dirs(folder / "checkpoints")
     output = average_checkpoints([first, second], tmp_path / "averaged")
     a, b, mean = (AutoModelForSeq2SeqLM.from_pretrained(p).state_dict() for p in (first, second, output))
@@ -410,7 +443,7 @@ def test_averaging_two_checkpoints_averages_their_tensors(tmp_path):
 
 
 def test_average_last_makes_the_final_model_the_mean_of_the_last_checkpoints(tmp_path):
-    results, folder = run(tmp_path, "run", max_steps=6, save_every=2, average_last=2)
+    results, folder = run(tmp_path, "run", max_steps=6, save_steps=2, average_last=2)
     assert results["averaged_checkpoints"] == ["checkpoint-4", "checkpoint-6"]
     last_two = [
         AutoModelForSeq2SeqLM.from_pretrained(folder / "checkpoints" / name).state_dict()
@@ -419,7 +452,7 @@ def test_average_last_makes_the_final_model_the_mean_of_the_last_checkpoints(tmp
     final = AutoModelForSeq2SeqLM.from_pretrained(folder / "model").state_dict()
     for name, tensor in final.items():
         torch.testing.assert_close(tensor, (last_two[0][name] + last_two[1][name]) / 2)
-    with pytest.raises(ValueError, match="`average_last` \\(6\\) cannot exceed `keep_last` \\(5\\)"):
+    with pytest.raises(ValueError, match="`average_last` \\(6\\) cannot exceed `save_total_limit` \\(5\\)"):
         load_arguments(None, {"average_last": 6})
 
 
@@ -452,8 +485,8 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, pr
     settings = {
         **TINY_RUN,
         "max_steps": 3,
-        "save_every": 1,
-        "eval_every": 3,
+        "save_steps": 1,
+        "eval_steps": 3,
         "eval_bleu_samples": 1,
         "synthetic_eval_size": 24,
         "max_grad_norm": 0.5,  # clips every update here: a scaled gradient clips to the same step
@@ -699,14 +732,14 @@ def test_the_default_job_is_the_synthetic_recipe(tokenizer):
     sizes = ("d_model", "d_ff", "num_heads", "num_encoder_layers", "num_decoder_layers", "dropout")
     assert tuple(getattr(config, name) for name in sizes) == (128, 512, 4, 3, 3, 0.1)
     assert config.label_smoothing == 0.1 and config.norm_position == "post"
-    assert default.mixed_precision == "auto"
+    assert default.mixed_precision_setting == "auto"
 
 
 def test_recipes_read_yaml_1_2_scalars(tmp_path):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("lr_scale: 3e-1\nreport_to: no\nresume: true\n")
+    recipe.write_text("lr_scale: 3e-1\nsource_lang: no\nresume: true\n")  # no: Norwegian, not false
     args = load_arguments(str(recipe))
-    assert (args.lr_scale, args.report_to, args.resume) == (0.3, "no", True)
+    assert (args.lr_scale, args.source_lang, args.resume) == (0.3, "no", True)
 
 
 def test_committed_recipes_parse(tokenizer):
@@ -720,7 +753,7 @@ def test_committed_recipes_parse(tokenizer):
     assert recipes, "training/configs/ holds the recipes"
     for recipe in recipes:
         args = load_arguments(str(recipe))
-        assert args.output_dir and args.mixed_precision == "auto"
+        assert args.output_dir and args.mixed_precision_setting == "auto"
         preset = PRESETS[args.model["preset"]] if "preset" in args.model else {}
         assert build_model_config(args, tokenizer).d_model == args.model.get("d_model", preset.get("d_model"))
     for path in studies:  # read_study parses every row's training arguments, naming a bad row
@@ -771,7 +804,7 @@ def test_learning_rate_is_finite_and_positive():
 def test_a_greedy_recipe_saves_a_valid_greedy_generation_config(tmp_path):
     """``num_beams: 1`` (a setting tuned on validation may choose it) trains, checkpoints and reloads:
     the saved generation config is greedy, without the beam-only length penalty and early stopping."""
-    _, folder = run(tmp_path, "greedy", max_steps=2, save_every=1, num_beams=1, length_penalty=0.6)
+    _, folder = run(tmp_path, "greedy", max_steps=2, save_steps=1, num_beams=1, length_penalty=0.6)
     saved = GenerationConfig.from_pretrained(folder / "model")
     assert (saved.num_beams, saved.length_penalty, saved.early_stopping) == (1, 1.0, False)
     assert (

@@ -3,7 +3,7 @@
     python training/choose_on_validation.py runs/multi30k-de-en --recipe training/configs/multi30k_de_en.yaml \
         --last 1 3 5 8 --beams 4 6 --length-penalty 0.6 1.0 --metric sacrebleu
 
-First every ``--last N`` (the average of the run's last N checkpoints, spaced ``save_every`` apart as the
+First every ``--last N`` (the average of the run's last N checkpoints, spaced ``save_steps`` apart as the
 training run spaces them) is scored with the recipe's decoding; then, for the best N, every beam size and
 length penalty. Each score is corpus BLEU on the *whole* validation split (the run's own curve scores a
 sample of it), so the test split is never looked at. Prints both tables and writes them, with the winner,
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="choose-", dir=options.run) as scratch:
         averaged = {}
         for last in options.last:
-            folders = spaced_checkpoints(root, last, args.save_every)
+            folders = spaced_checkpoints(root, last, args.save_steps)
             if len(folders) < last:
                 print(f"--last {last}: only {len(folders)} checkpoints under {root}; skipped")
                 continue

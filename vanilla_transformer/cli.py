@@ -381,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     options = build_parser().parse_args(argv)
     try:
         options.func(options)
-    except (ValueError, FileNotFoundError, FileExistsError, ImportError) as error:
+    except (ValueError, OSError, ImportError) as error:  # bad input, a missing file, a full disk: one line
         raise SystemExit(f"error: {error}") from error
 
 

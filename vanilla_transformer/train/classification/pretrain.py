@@ -20,18 +20,10 @@ from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
 from ..common.budget import TrainingClock, TrainingProgressCallback, budget_schedule
 from ..common.precision_record import describe_precision
+from . import setup as stage
 from .arguments import ClassificationArguments
 from .data import pretraining_dataset, pretraining_texts
 from .electra import ElectraForPreTraining
-from .setup import (
-    budget_callbacks,
-    classification_tokenizer,
-    data_name,
-    last_checkpoint,
-    model_config,
-    precision_record,
-    write_json,
-)
 
 
 class PretrainingTrainer(Trainer):
@@ -95,14 +87,14 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
     ``run_minutes`` the learning rate decays to zero when that many minutes of training (over
     all invocations) are spent, and training stops there. Returns the folder of the encoder to fine-tune
     (``run_dir/mlm`` or ``run_dir/discriminator``), with its tokenizer and card."""
-    precision = precision_record(args, training)
+    precision = stage.precision_record(args, training)
     print(f"Precision: {describe_precision(precision)}.")
     set_seed(training.seed)  # the model's initial weights too (the Trainer seeds only once it is built)
     texts, held_out = pretraining_texts(args, training.seed)
-    tokenizer = classification_tokenizer(args, texts)
+    tokenizer = stage.classification_tokenizer(args, texts)
     corpus = pretraining_dataset(texts, tokenizer, args)
     evaluate = training.eval_strategy != "no"
-    checkpoint = last_checkpoint(training.output_dir)
+    checkpoint = stage.last_checkpoint(training.output_dir)
     electra = args.objective == "electra"
     if electra:
         if tokenizer.mask_token_id is None:
@@ -110,7 +102,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
                 f"ELECTRA needs a tokenizer with a mask token; {tokenizer.name_or_path} has none."
             )
         model = ElectraForPreTraining(
-            model_config(args, tokenizer),
+            stage.model_config(args, tokenizer),
             mask_token_id=tokenizer.mask_token_id,
             special_token_ids=tokenizer.all_special_ids,
             mask_probability=args.mlm_probability,
@@ -121,7 +113,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
     else:
         # The head runs only at the masked positions (sparse_prediction): the loss is the same, and the
         # (batch, length, vocabulary) logits that would dominate a small encoder's step are never built.
-        model = VanillaTransformerForMaskedLM(model_config(args, tokenizer, sparse_prediction=True))
+        model = VanillaTransformerForMaskedLM(stage.model_config(args, tokenizer, sparse_prediction=True))
         collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
     clock = TrainingClock.resuming(args.run_minutes, checkpoint)
     trainer = PretrainingTrainer(
@@ -130,7 +122,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
         train_dataset=corpus,
         eval_dataset=pretraining_dataset(held_out, tokenizer, args) if evaluate else None,
         data_collator=collator,
-        callbacks=[*budget_callbacks(args), clock],
+        callbacks=[*stage.budget_callbacks(args), clock],
     )
     if args.run_minutes is not None and not training.disable_tqdm:  # the bar counts the run's minutes
         trainer.remove_callback(ProgressCallback)
@@ -138,7 +130,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
     trainer.train(resume_from_checkpoint=checkpoint)
     # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
     log = {"objective": args.objective, "log_history": trainer.state.log_history}
-    write_json(Path(args.run_dir) / "pretraining_log.json", log)
+    stage.write_json(Path(args.run_dir) / "pretraining_log.json", log)
     output = Path(args.run_dir) / ("discriminator" if electra else "mlm")
     kept = model.discriminator() if electra else model
     kept.save_pretrained(output)
@@ -148,7 +140,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
 
 
 def _pretraining_card(args, training, trainer, model, folder: Path, rows: int, precision: dict) -> Path:
-    name, kind = data_name(args)
+    name, kind = stage.data_name(args)
     clock = trainer.clock
     settings = {
         "data": f"{name}: {rows:,} sequences"

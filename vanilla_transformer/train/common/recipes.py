@@ -122,6 +122,12 @@ RENAMED_SETTINGS = {
     "this invocation's): set `run_minutes` for the run's budget over all its invocations (the schedule ends "
     "there) or `session_minutes` to stop this invocation, with a checkpoint, after that many minutes.",
     "time_budget_minutes": "`time_budget_minutes` is now `run_minutes` (the run's budget over all invocations).",
+    # Translation's own names before it trained on Seq2SeqTrainer, now the trainer's.
+    "eval_every": "`eval_every` is now the trainer's `eval_steps` (validation every N updates).",
+    "save_every": "`save_every` is now the trainer's `save_steps` (a checkpoint every N updates).",
+    "log_every": "`log_every` is now the trainer's `logging_steps` (a log row every N updates).",
+    "eval_batch_size": "`eval_batch_size` is now the trainer's `per_device_eval_batch_size`.",
+    "keep_last": "`keep_last` is now the trainer's `save_total_limit` (checkpoints kept).",
 }
 
 

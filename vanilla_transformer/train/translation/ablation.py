@@ -259,7 +259,7 @@ def measure_row(study: Study, row: Row, output: Path) -> dict:
             model,
             tokenizer,
             validation["source"],
-            args.eval_batch_size,
+            args.per_device_eval_batch_size,
             args.max_source_length,
             progress=True,
         )

@@ -1,18 +1,29 @@
-"""The settings of a translation training run: one dataclass, read from a YAML recipe and the command line
-by ``HfArgumentParser`` (``train/common/recipes.py``); the model's settings are its ``model:`` block.
+"""The settings of a translation training run: one dataclass, ``Seq2SeqTrainingArguments`` with the
+translation run's own fields added, read from a YAML recipe and the command line by ``HfArgumentParser``
+(``train/common/recipes.py``); the model's settings are its ``model:`` block.
+
+Every trainer switch is a recipe key with its transformers name and meaning (``max_steps``,
+``gradient_accumulation_steps``, ``eval_steps``, ``save_steps``, ``save_total_limit``, ``logging_steps``,
+``per_device_eval_batch_size``, ``report_to``, ``push_to_hub``, ``torch_compile``, ...); ``output_dir`` is the
+run's folder (checkpoints in ``output_dir/checkpoints``). The earlier names of five of them (``eval_every``,
+``save_every``, ``log_every``, ``eval_batch_size``, ``keep_last``) are refused with the new one named.
 
 Defaults are the built-in main job: a small Transformer trained on the synthetic English -> German
-task in a few minutes on two CPU cores. The paper's recipe values (Adam betas, epsilon, Eq. 3) are the
-defaults of the fields that carry them; label smoothing (§5.4) is the model config's.
+task in a few minutes on two CPU cores. The paper's recipe values (Adam betas 0.9 / 0.98, epsilon 1e-9,
+Eq. 3 with its warmup) are the defaults of the fields that carry them; label smoothing (§5.4) is the model
+config's.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+from transformers import Seq2SeqTrainingArguments
+
 from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
-from ...precision import check_mixed_precision
+from ...precision import check_mixed_precision, resolve_mixed_precision
 from ..common.recipes import SET_BY_RUN, check_model_block, default_tracker, parse_recipe
 
 # The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
@@ -27,9 +38,20 @@ SYNTHETIC_MODEL = {
     "label_smoothing": 0.1,
 }
 
+# Trainer settings a translation recipe may not set: the run decides them (mixed_precision is the
+# precision switch; the learning rate is Eq. 3's, times lr_scale; §5.4's smoothing is the model config's).
+SET_BY_TRANSLATION = {
+    "bf16": "set `mixed_precision` (auto | no | bf16)",
+    "fp16": "set `mixed_precision` (auto | no | bf16)",
+    "learning_rate": "the rate is Eq. 3's: scale it with `lr_scale`",
+    "lr_scheduler_type": "the schedule is Eq. 3 (with `lr_cooldown` for a cool-down)",
+    "label_smoothing_factor": "set `model.label_smoothing` (§5.4, computed in the model's loss)",
+    "optim": "the optimizer is §5.3's Adam (set `adam_beta1`, `adam_beta2`, `adam_epsilon`)",
+}
+
 
 @dataclass
-class TranslationTrainingArguments:
+class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     # -- data ---------------------------------------------------------------------------------------
     dataset: str = field(
         default="synthetic",
@@ -88,13 +110,11 @@ class TranslationTrainingArguments:
     max_tokens: int = 4096
     tokens_per_update: int | None = field(
         default=None,
-        metadata={"help": "Accumulate gradients until about this many target tokens (default: one batch)."},
+        metadata={
+            "help": "Accumulate gradients until about this many target tokens (instead of a fixed "
+            "gradient_accumulation_steps; default: one batch per update)."
+        },
     )
-    gradient_accumulation_steps: int | None = field(
-        default=None,
-        metadata={"help": "Batches per process per update (default: from tokens_per_update, else 1)."},
-    )
-    max_steps: int = 800
     max_epochs: int | None = None
     run_minutes: float | None = field(
         default=None,
@@ -110,7 +130,6 @@ class TranslationTrainingArguments:
             "with resume=true continues the run."
         },
     )
-    warmup_steps: int = 400
     lr_scale: float = 1.0
     lr_cooldown: float = field(
         default=0.0,
@@ -119,35 +138,51 @@ class TranslationTrainingArguments:
             "else max_steps) over which the rate of Eq. 3 falls linearly to zero, e.g. 0.2."
         },
     )
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-9
-    max_grad_norm: float | None = 1.0
     mixed_precision: str = field(
         default="auto",
-        metadata={"help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16."},
+        metadata={
+            "help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16. Once "
+            "parsed, `mixed_precision_setting` keeps this value and `mixed_precision` what it resolved to "
+            "(bf16 | no), the value transformers hands Accelerate."
+        },
     )
-    seed: int = 0
     # -- evaluation (§6.1) ---------------------------------------------------------------------------
-    eval_every: int = 200
     eval_bleu_samples: int = 200
     num_beams: int = PAPER_NUM_BEAMS
     length_penalty: float = PAPER_LENGTH_PENALTY
-    eval_batch_size: int = 100
     # -- checkpoints and logging -----------------------------------------------------------------------
-    output_dir: str = "runs/synthetic-en-de"
-    save_every: int = 200
-    keep_last: int = 5
+    output_dir: str = field(
+        default="runs/synthetic-en-de",
+        metadata={
+            "help": "The run's folder: the final model, logs, results; checkpoints in its checkpoints/."
+        },
+    )
     average_last: int = field(
         default=1,
         metadata={"help": "§6.1: the final model averages the last N checkpoints (1: the last weights)."},
     )
     resume: bool = False
-    log_every: int = 50
+
+    # -- the trainer's settings, with the paper's and the built-in job's defaults ---------------------
+    max_steps: int = 800
+    warmup_steps: int = field(default=400, metadata={"help": "Eq. 3's warmup, in updates."})
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-9
+    seed: int = 0
+    eval_strategy: str = "steps"
+    eval_steps: int = 200
+    per_device_eval_batch_size: int = 100
+    save_steps: int = 200
+    save_total_limit: int | None = field(
+        default=5, metadata={"help": "Checkpoints kept (older ones are deleted, by rename first)."}
+    )
+    logging_steps: int = 50
     report_to: str = field(
         default_factory=default_tracker,
-        metadata={"help": "An Accelerate tracker name, or 'none' (default: tensorboard where installed)."},
+        metadata={"help": "A tracker name, or 'none' (default: tensorboard where installed)."},
     )
+    predict_with_generate: bool = True  # validation BLEU from generate()
+    remove_unused_columns: bool = False  # the run's batches hold exactly the model's inputs
 
     def __post_init__(self):
         if self.max_tokens < 1:
@@ -155,10 +190,9 @@ class TranslationTrainingArguments:
         for name in (
             "max_steps",
             "warmup_steps",
-            "eval_every",
-            "save_every",
-            "keep_last",
-            "log_every",
+            "eval_steps",
+            "save_steps",
+            "logging_steps",
             "average_last",
             "num_beams",
         ):
@@ -166,10 +200,15 @@ class TranslationTrainingArguments:
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
         if not 0.0 <= self.lr_cooldown < 1.0:
             raise ValueError(f"`lr_cooldown` is a fraction of the budget in [0, 1), got {self.lr_cooldown}.")
-        if self.average_last > self.keep_last:
+        if self.save_total_limit is not None and self.average_last > self.save_total_limit:
             raise ValueError(
-                f"`average_last` ({self.average_last}) cannot exceed `keep_last` ({self.keep_last}): "
+                f"`average_last` ({self.average_last}) cannot exceed `save_total_limit` ({self.save_total_limit}): "
                 "older checkpoints are deleted."
+            )
+        if self.tokens_per_update and self.gradient_accumulation_steps != 1:
+            raise ValueError(
+                "Set `tokens_per_update` (batches per update from the token count) or "
+                "`gradient_accumulation_steps`, not both."
             )
         if self.dataset in ("json", "text") and not self.train_file:
             raise ValueError(
@@ -177,16 +216,81 @@ class TranslationTrainingArguments:
             )
         check_mixed_precision(self.mixed_precision)
         check_model_block(self.model, SET_BY_RUN)
+        # mixed_precision is the run's precision switch; the trainer computes in bf16 where it resolves so.
+        # transformers (5.24+) keeps the precision it hands Accelerate in an attribute of the same name:
+        # the recipe's setting stays in mixed_precision_setting, the resolved one in mixed_precision.
+        self.mixed_precision_setting = self.mixed_precision
+        cpu = self.use_cpu or not torch.accelerator.is_available()
+        device = torch.device("cpu") if cpu else torch.accelerator.current_accelerator()
+        self.bf16 = resolve_mixed_precision(self.mixed_precision, device) == "bf16"
+        self.use_cpu = cpu  # the trainer takes bf16 on a CPU only when told it runs there
+        super().__post_init__()
+        self.mixed_precision = "bf16" if self.bf16 else "no"
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+
+# What a resumed run must share with its checkpoint: the model and the data it sees (a different setting
+# would not continue the run but crash in load_state_dict, or silently train on other batches).
+SETTINGS_OF_A_RUN = (
+    "model",
+    "dataset",
+    "dataset_config",
+    "train_file",
+    "source_column",
+    "target_column",
+    "source_lang",
+    "target_lang",
+    "synthetic_train_size",
+    "max_source_length",
+    "max_target_length",
+    "vocab_size",
+    "tokenizer_path",
+    "max_tokens",
+    "seed",
+)
+
+
+def run_settings(args: TranslationTrainingArguments) -> dict:
+    """The settings of ``SETTINGS_OF_A_RUN``, as a checkpoint records them."""
+    return {name: getattr(args, name) for name in SETTINGS_OF_A_RUN}
+
+
+def changed_settings(recorded: dict, args: TranslationTrainingArguments) -> list[str]:
+    """``name: recorded -> now`` for each setting of the run that differs from a checkpoint's record (a
+    model field as ``model.<field>``)."""
+    now = run_settings(args)
+    changes = []
+    for name in SETTINGS_OF_A_RUN:
+        before, after = recorded.get(name), now[name]
+        if name == "model":
+            for key in sorted(set(before or {}) | set(after)):
+                if (before or {}).get(key) != after.get(key):
+                    changes.append(f"model.{key}: {(before or {}).get(key)!r} -> {after.get(key)!r}")
+        elif name in recorded and before != after:
+            changes.append(f"{name}: {before!r} -> {after!r}")
+    return changes
 
 
 def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> TranslationTrainingArguments:
     """Read a YAML recipe (none: the built-in synthetic job), apply ``overrides`` (``model.d_model``-style
-    keys edit the model block); an unknown key is an error naming the key and the file."""
+    keys edit the model block); an unknown key is an error naming the key and the file, as is a trainer
+    setting the run decides itself."""
+    from ..common.recipes import read_recipe, source_name
+
+    values = {**(read_recipe(recipe) if recipe else {}), **(overrides or {})}
+    for key, why in SET_BY_TRANSLATION.items():
+        if key in values:
+            raise ValueError(
+                f"{source_name(recipe, overrides)}: `{key}` is not a translation setting: {why}."
+            )
     (args,) = parse_recipe((TranslationTrainingArguments,), recipe, overrides)
     return args
 
 
-__all__ = ["TranslationTrainingArguments", "load_arguments", "SYNTHETIC_MODEL"]
+__all__ = [
+    "TranslationTrainingArguments",
+    "load_arguments",
+    "SYNTHETIC_MODEL",
+    "SETTINGS_OF_A_RUN",
+    "run_settings",
+    "changed_settings",
+]

@@ -15,14 +15,20 @@ a process killed at any moment leaves each ``checkpoint-*`` folder complete:
   ``.replaced-checkpoint-N`` before the new one takes its name, and deletes it only afterwards; killed
   between the two renames, the earlier save still counts as checkpoint N (``checkpoint_dirs``), and the
   next save renames it back;
-* a checkpoint beyond ``keep_last`` is renamed to ``.deleting-checkpoint-N`` before it is deleted, so a
+* a checkpoint beyond the last ``save_total_limit`` is renamed to ``.deleting-checkpoint-N`` before it is deleted, so a
   half-deleted folder never looks like a checkpoint.
 
 Leftover ``.tmp-*`` and ``.deleting-*`` folders are ignored, and removed by the next save.
+
+A rename cannot protect a checkpoint from what happens to it afterwards (a disk error, a copy cut short, a
+flipped bit): every checkpoint carries ``checksums.json``, the SHA-256 of each of its files, written last
+before the rename, and ``damage`` checks a checkpoint against it before a run resumes from it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -37,6 +43,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 STEP_DIR = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 REPLACED_DIR = re.compile(rf"^\.replaced-{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 STATE_FILE = TRAINER_STATE_NAME
+CHECKSUMS_FILE = "checksums.json"
 
 
 def checkpoint_name(step: int) -> str:
@@ -95,9 +102,9 @@ def latest_checkpoint(root: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def publish_checkpoint(staged: Path, root: Path, keep_last: int) -> Path:
+def publish_checkpoint(staged: Path, root: Path, keep: int | None) -> Path:
     """Rename the complete checkpoint ``staged`` (``.tmp-checkpoint-N/checkpoint-N``) into ``root``,
-    atomically (see the module docstring), and delete the checkpoints beyond the last ``keep_last``. The
+    atomically (see the module docstring), and delete the checkpoints beyond the last ``keep`` (None: none). The
     main process calls it once every process has written its part."""
     final = root / staged.name
     replaced = root / f".replaced-{staged.name}"
@@ -106,9 +113,49 @@ def publish_checkpoint(staged: Path, root: Path, keep_last: int) -> Path:
     os.replace(staged, final)
     shutil.rmtree(staged.parent, ignore_errors=True)  # the empty .tmp-checkpoint-N
     _delete(replaced)
-    for old in checkpoint_dirs(root)[:-keep_last]:
+    for old in checkpoint_dirs(root)[:-keep] if keep else []:
         _delete(old)
     return final
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_checksums(folder: Path) -> None:
+    """``checksums.json``: the size and SHA-256 of every file of a complete checkpoint."""
+    files = sorted(path for path in folder.rglob("*") if path.is_file() and path.name != CHECKSUMS_FILE)
+    sums = {
+        str(path.relative_to(folder)): {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        for path in files
+    }
+    (folder / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=1))
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with a checkpoint (a missing, truncated or changed file, named), or None if every
+    file matches its checksum. A checkpoint without checksums (written by another tool, or before they
+    were kept) cannot be checked: None."""
+    try:
+        sums = json.loads((folder / CHECKSUMS_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as error:
+        return f"{CHECKSUMS_FILE} is unreadable ({error})"
+    for name, expected in sums.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            return f"{name} has {size:,} bytes, {expected['bytes']:,} when saved (truncated or replaced)"
+        if _sha256(path) != expected["sha256"]:
+            return f"{name} has changed since it was saved (its SHA-256 differs)"
+    return None
 
 
 def tidy_up(root: Path) -> None:
@@ -186,6 +233,8 @@ def _model_folder(path: Path) -> Path:
 
 
 __all__ = [
+    "damage",
+    "write_checksums",
     "publish_checkpoint",
     "staging_dir",
     "tidy_up",

@@ -178,7 +178,7 @@ def evaluate_split(
     model, tokenizer, split, args, hypotheses_file: Path, tokenized_references: str | None = None
 ):
     """Translate a whole split with the generation config, write the hypotheses, score both BLEUs."""
-    hypotheses = translate(model, tokenizer, split["source"], args.eval_batch_size, progress=True)
+    hypotheses = translate(model, tokenizer, split["source"], args.per_device_eval_batch_size, progress=True)
     hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     official = None
     if tokenized_references:

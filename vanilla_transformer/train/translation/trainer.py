@@ -32,8 +32,10 @@ DeepSpeed configurations, whose full weights ``Trainer.save_model`` gathers for 
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -44,11 +46,12 @@ from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
     Seq2SeqTrainer,
-    Seq2SeqTrainingArguments,
     TrainerCallback,
     set_seed,
 )
 from transformers.trainer_callback import ProgressCallback
+from transformers.trainer_utils import IntervalStrategy
+from transformers.utils import logging
 
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...model_card import Result, write_model_card
@@ -63,21 +66,30 @@ from ..common.data import data_path
 from ..common.plots import plot_history
 from ..common.precision_record import describe_precision, mixed_precision_record
 from ..common.recipes import build_config
-from .arguments import TranslationTrainingArguments
+from .arguments import TranslationTrainingArguments, changed_settings, run_settings
 from .batching import TokenBudgetBatchSampler
 from .checkpoints import (
     average_checkpoints,
+    checkpoint_dirs,
+    damage,
     latest_checkpoint,
     publish_checkpoint,
     spaced_checkpoints,
     staging_dir,
     tidy_up,
+    write_checksums,
 )
 from .data import prepare_data, tokenize_pairs, translation_tokenizer
 from .evaluation import bleu_scores, evaluate_split, set_decoding
 
+logger = logging.get_logger(__name__)
+
 # torch's fused Adam runs on these devices (fp32 parameters and state, as the paper's Adam).
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
+# A checkpoint's record of the run's model and data settings (compared on resume).
+SETTINGS_FILE = "run_settings.json"
+# Updates in a row whose loss is not finite before the run stops (each one is skipped).
+NONFINITE_UPDATES_ALLOWED = 5
 
 
 def train(args: TranslationTrainingArguments) -> dict:
@@ -89,8 +101,9 @@ def train(args: TranslationTrainingArguments) -> dict:
     references = data_path(args.tokenized_test_references, args.data_dir)
     if references is not None and not Path(references).is_file():  # found now, not after the training
         raise FileNotFoundError(f"No such file (tokenized_test_references): {references}")
-    training = trainer_arguments(args, has_validation="validation" in splits)
-    with training.main_process_first():
+    if "validation" not in splits:
+        args.eval_strategy = IntervalStrategy.NO
+    with args.main_process_first():
         tokenizer = translation_tokenizer(args, splits["train"])
     encoded = {
         name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
@@ -98,8 +111,8 @@ def train(args: TranslationTrainingArguments) -> dict:
     }
     model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
     set_decoding(model.generation_config, args.num_beams, args.length_penalty)
-    precision = mixed_precision_record(args.mixed_precision, training.device)
-    use_fast_bf16_kernels(model, precision, training.device)
+    precision = mixed_precision_record(args.mixed_precision_setting, args.device)
+    use_fast_bf16_kernels(model, precision, args.device)
     sampler = TokenBudgetBatchSampler(
         [len(x) for x in encoded["train"]["input_ids"]],
         [len(x) for x in encoded["train"]["labels"]],
@@ -107,19 +120,18 @@ def train(args: TranslationTrainingArguments) -> dict:
         shuffle=True,
         seed=args.seed,
     )
-    training.gradient_accumulation_steps = accumulation_steps(args, encoded["train"], sampler, training)
+    args.gradient_accumulation_steps = accumulation_steps(args, encoded["train"], sampler)
 
-    checkpoint = resumed_checkpoint(args, training)
+    checkpoint = resumed_checkpoint(args)
     clock = TrainingClock.resuming(args.run_minutes, checkpoint)
     session = TimeBudget(args.session_minutes) if args.session_minutes is not None else None
     trainer = TranslationTrainer(
         model=model,
-        args=training,
+        args=args,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
         train_dataset=encoded["train"],
         eval_dataset=encoded.get("validation"),
         processing_class=tokenizer,
-        recipe=args,
         sampler=sampler,
         clock=clock,
         bleu_references=splits["validation"]["target"] if "validation" in splits else None,
@@ -127,49 +139,23 @@ def train(args: TranslationTrainingArguments) -> dict:
     trainer.add_callback(clock)
     if session is not None:
         trainer.add_callback(session)
-    trainer.add_callback(RunEnd(args, clock, session, has_validation="validation" in encoded))
+    trainer.add_callback(RunEnd(clock, has_validation="validation" in encoded))
     trainer.add_callback(TrainLog(Path(args.output_dir) / "train_log.jsonl"))
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(TrainingProgressCallback(clock))
     describe_run(trainer, len(splits["train"]), precision)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if session is not None and session.ended and not run_over(args, trainer.state, clock):
-        return stop_session(trainer, args, clock)
-    return finish(trainer, args, splits, precision, clock.elapsed_seconds / 60)
+        return stop_session(trainer, clock)
+    return finish(trainer, splits, precision, clock.elapsed_seconds / 60)
 
 
 # -- set-up ------------------------------------------------------------------------------------------------
 
 
-def trainer_arguments(args: TranslationTrainingArguments, has_validation: bool) -> Seq2SeqTrainingArguments:
-    """The recipe's settings in the trainer's terms. Checkpoints go to ``output_dir/checkpoints``; the
-    learning rate is the scheduler's (Eq. 3), the optimizer ours (``create_optimizer``)."""
-    device = (
-        torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
-    )
-    precision = mixed_precision_record(args.mixed_precision, device)
-    return Seq2SeqTrainingArguments(
-        output_dir=str(Path(args.output_dir) / "checkpoints"),
-        max_steps=args.max_steps,
-        seed=args.seed,
-        bf16=precision["used"] == "bf16",
-        use_cpu=not torch.accelerator.is_available(),
-        max_grad_norm=args.max_grad_norm or 0.0,
-        per_device_eval_batch_size=args.eval_batch_size,
-        eval_strategy="steps" if has_validation else "no",
-        eval_steps=args.eval_every,
-        save_strategy="steps",
-        save_steps=args.save_every,
-        save_total_limit=None,  # publish_checkpoint keeps the last keep_last, deleting by rename
-        logging_strategy="steps",
-        logging_steps=args.log_every,
-        report_to=[] if args.report_to == "none" else [args.report_to],
-        predict_with_generate=True,
-        label_smoothing_factor=0.0,  # §5.4's smoothing is the model config's, computed in its loss
-        dataloader_drop_last=False,
-        remove_unused_columns=False,
-        disable_tqdm=False,
-    )
+def checkpoints_folder(args: TranslationTrainingArguments) -> Path:
+    """The run's checkpoints: ``output_dir/checkpoints/checkpoint-N``."""
+    return Path(args.output_dir) / "checkpoints"
 
 
 def build_model_config(args: TranslationTrainingArguments, tokenizer) -> VanillaTransformerConfig:
@@ -188,26 +174,51 @@ def build_model_config(args: TranslationTrainingArguments, tokenizer) -> Vanilla
 
 
 def accumulation_steps(
-    args: TranslationTrainingArguments, train_data: Dataset, sampler: TokenBudgetBatchSampler, training
+    args: TranslationTrainingArguments, train_data: Dataset, sampler: TokenBudgetBatchSampler
 ) -> int:
-    """Batches per process per update: ``gradient_accumulation_steps``, else enough batches for about
-    ``tokens_per_update`` target tokens over all processes, else 1."""
-    if args.gradient_accumulation_steps:
+    """Batches per process per update: enough for about ``tokens_per_update`` target tokens over all
+    processes where that is set, else ``gradient_accumulation_steps``."""
+    if not args.tokens_per_update:
         return args.gradient_accumulation_steps
     tokens_per_batch = sum(len(x) for x in train_data["labels"]) / max(len(sampler), 1)
-    return max(1, round((args.tokens_per_update or 0) / (tokens_per_batch * training.world_size)))
+    return max(1, round(args.tokens_per_update / (tokens_per_batch * args.world_size)))
 
 
-def resumed_checkpoint(args: TranslationTrainingArguments, training) -> Path | None:
-    """With ``resume``: the latest complete checkpoint (None, said aloud, where there is none)."""
+def resumed_checkpoint(args: TranslationTrainingArguments) -> Path | None:
+    """With ``resume``: the newest intact checkpoint. A damaged one (a file missing, truncated or changed
+    since its save, against its checksums) is named and passed over for the one before; if every one is
+    damaged, or the run's model or data settings differ from the checkpoint's, the run is refused rather
+    than started again from update 0. No checkpoint at all: a fresh start, said aloud."""
     if not args.resume:
         return None
-    checkpoint = latest_checkpoint(Path(training.output_dir))
-    if training.process_index == 0:
-        if checkpoint is None:
-            print(f"No checkpoint under {training.output_dir}: starting from scratch.")
-        else:
-            print(f"Resuming from {checkpoint}.")
+    root = checkpoints_folder(args)
+    found = checkpoint_dirs(root)
+    if not found:
+        if args.process_index == 0:
+            print(f"No checkpoint under {root}: starting from scratch.")
+        return None
+    problems = []
+    for checkpoint in reversed(found):
+        problem = damage(checkpoint)
+        if problem is None:
+            break
+        problems.append(f"{checkpoint.name}: {problem}")
+        if args.process_index == 0:
+            print(f"Checkpoint {checkpoint} is damaged ({problem}); trying the one before it.")
+    else:
+        raise ValueError(
+            f"resume: no intact checkpoint under {root} ({'; '.join(problems)}). Move the damaged folders "
+            "away to start the run again from scratch, or restore them."
+        )
+    record = checkpoint / SETTINGS_FILE  # absent from a checkpoint another tool wrote: nothing to compare
+    changes = changed_settings(json.loads(record.read_text()), args) if record.is_file() else []
+    if changes:
+        raise ValueError(
+            f"resume: the run's settings differ from those of {checkpoint} ({'; '.join(changes)}). Resume "
+            "with the settings the run started with, or start a new run in another output_dir."
+        )
+    if args.process_index == 0:
+        print(f"Resuming from {checkpoint}.")
     return checkpoint
 
 
@@ -218,7 +229,7 @@ def describe_run(trainer: TranslationTrainer, pairs: int, precision: dict) -> No
     args = trainer.args
     print(
         f"Model: {trainer.model.num_parameters():,} parameters; vocabulary {len(trainer.processing_class)}; "
-        f"{pairs:,} training pairs in {len(trainer.sampler)} batches of <= {trainer.recipe.max_tokens} "
+        f"{pairs:,} training pairs in {len(trainer.sampler)} batches of <= {args.max_tokens} "
         f"tokens; {args.gradient_accumulation_steps} batch(es) x {args.world_size} process(es) per update."
     )
     print(f"Precision: {describe_precision(precision)}.")
@@ -231,20 +242,22 @@ class TranslationTrainer(Seq2SeqTrainer):
     """``Seq2SeqTrainer`` with §5's batches, optimizer and schedule, the validation BLEU of §6.1's beam
     search, and crash-safe checkpoints (see the module docstring)."""
 
+    args: TranslationTrainingArguments
+
     def __init__(
         self,
         *,
-        recipe: TranslationTrainingArguments,
         sampler: TokenBudgetBatchSampler,
         clock: TrainingClock,
         bleu_references: list[str] | None,
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.recipe, self.sampler, self.clock = recipe, sampler, clock
+        self.sampler, self.clock = sampler, clock
         self.bleu_references = bleu_references
         self.tokens_since_log, self.log_started = 0, time.monotonic()
         self.scoring_tokens = False  # prediction_step's mode: the validation loss's sums, or Seq2SeqTrainer's
+        self.nonfinite_batch, self.nonfinite_in_a_row = None, 0  # guard_update's record
 
     # -- batches --------------------------------------------------------------------------------------
 
@@ -264,7 +277,7 @@ class TranslationTrainer(Seq2SeqTrainer):
 
     def get_eval_dataloader(self, eval_dataset=None) -> DataLoader:
         """The validation split longest first (similar lengths batch with little padding), in batches of
-        ``eval_batch_size``: a fixed size, so the evaluation loop's gather drops the repeats that even
+        ``per_device_eval_batch_size``: a fixed size, so the evaluation loop's gather drops the repeats that even
         out the last batches across processes."""
         return self._sorted_loader(eval_dataset if eval_dataset is not None else self.eval_dataset)
 
@@ -291,9 +304,11 @@ class TranslationTrainer(Seq2SeqTrainer):
             self.optimizer = torch.optim.Adam(
                 parameters,
                 lr=1.0,
-                betas=(self.recipe.adam_beta1, self.recipe.adam_beta2),
-                eps=self.recipe.adam_epsilon,
-                fused=self.args.device.type in FUSED_ADAM_DEVICES,  # one kernel for all parameters
+                betas=(self.args.adam_beta1, self.args.adam_beta2),
+                eps=self.args.adam_epsilon,
+                # One kernel for all parameters; FSDP and DeepSpeed keep their own (sharded) tensors.
+                fused=self.args.device.type in FUSED_ADAM_DEVICES
+                and not (self.is_fsdp_enabled or self.is_deepspeed_enabled),
             )
         return self.optimizer
 
@@ -305,9 +320,9 @@ class TranslationTrainer(Seq2SeqTrainer):
             self.lr_scheduler = transformer_lr_scheduler(
                 optimizer or self.optimizer,
                 self.model.config.d_model,
-                self.recipe.warmup_steps,
-                self.recipe.lr_scale,
-                cooldown=self.recipe.lr_cooldown,
+                self.args.warmup_steps,
+                self.args.lr_scale,
+                cooldown=self.args.lr_cooldown,
                 progress=self.budget_spent,
             )
         return self.lr_scheduler
@@ -327,9 +342,46 @@ class TranslationTrainer(Seq2SeqTrainer):
     # -- training steps and logs --------------------------------------------------------------------------
 
     def training_step(self, model, inputs, *args, **kwargs):
-        """The trainer's step; counts the batch's real source and target tokens for the throughput."""
-        self.tokens_since_log += count_tokens(inputs) * self.args.world_size
-        return super().training_step(model, inputs, *args, **kwargs)
+        """The trainer's step (forward and backward of one batch), counting the batch's real source and
+        target tokens for the throughput, and guarding the update against a loss that is not finite."""
+        tokens = count_tokens(inputs)
+        self.tokens_since_log += tokens * self.args.world_size
+        loss = super().training_step(model, inputs, *args, **kwargs)
+        if not torch.isfinite(loss).all():
+            self.nonfinite_batch = (len(inputs["input_ids"]), tokens, loss.item())
+        if self.accelerator.sync_gradients:  # the update's last batch: Adam steps next
+            self.guard_update(model)
+        return loss
+
+    def guard_update(self, model) -> None:
+        """Skip an update any of whose batches had a NaN or infinite loss (too high a rate, a bad batch,
+        a bf16 overflow): its gradients are dropped, so Adam leaves the weights and its state as they
+        were; the skip is logged with the update and the batch. After ``NONFINITE_UPDATES_ALLOWED`` in a
+        row the run stops with an error, before any checkpoint holds what such updates did; the last good
+        checkpoint stays the one ``resume`` takes. Every process takes the same decision."""
+        bad = self.nonfinite_batch is not None
+        if self.args.world_size > 1:
+            flag = torch.tensor(float(bad), device=self.args.device)
+            bad = bool(self.accelerator.reduce(flag, "max").item())
+        if not bad:
+            self.nonfinite_in_a_row = 0
+            return
+        model.zero_grad(set_to_none=True)
+        self.nonfinite_in_a_row += 1
+        step = self.state.global_step + 1
+        sentences, tokens, value = self.nonfinite_batch or (0, 0, float("nan"))
+        logger.warning(
+            f"Update {step} skipped: the loss is not finite ({value}) on a batch of {sentences} sentences "
+            f"({tokens} tokens); {self.nonfinite_in_a_row} such update(s) in a row."
+        )
+        self.nonfinite_batch = None
+        if self.nonfinite_in_a_row >= NONFINITE_UPDATES_ALLOWED:
+            raise ValueError(
+                f"The loss was not finite for {self.nonfinite_in_a_row} updates in a row (the last: update "
+                f"{step}, learning rate {self.lr_scheduler.get_last_lr()[0]:.3g}); the run stops. Lower "
+                "`lr_scale` or `max_grad_norm`, or set `mixed_precision: no` if this is a bf16 overflow. "
+                f"The last good checkpoint is in {checkpoints_folder(self.args)}."
+            )
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         """The trainer's log, with the training throughput in tokens per second since the last row."""
@@ -368,7 +420,7 @@ class TranslationTrainer(Seq2SeqTrainer):
                 ).predictions  # (sentences, 2): each one's loss summed over its tokens, its tokens
                 self.scoring_tokens = False
                 loss = float(totals[:, 0].sum() / max(totals[:, 1].sum(), 1))
-                sample = data.select(range(min(self.recipe.eval_bleu_samples, len(data))))
+                sample = data.select(range(min(self.args.eval_bleu_samples, len(data))))
                 loader = self._sorted_loader(sample)
                 generated = self.evaluation_loop(
                     loader,
@@ -382,7 +434,7 @@ class TranslationTrainer(Seq2SeqTrainer):
             self.scoring_tokens = False
         hypotheses = self.decode(generated.predictions)
         references = [self.bleu_references[i] for i in loader.order]
-        scores = bleu_scores(hypotheses, references, self.recipe.target_lang)
+        scores = bleu_scores(hypotheses, references, self.args.target_lang)
         metrics = {
             "loss": loss,
             "perplexity": math.exp(min(loss, 50)),
@@ -425,7 +477,8 @@ class TranslationTrainer(Seq2SeqTrainer):
     def _save_checkpoint(self, model, trial, *args, **kwargs):
         """The trainer's checkpoint, written under ``.tmp-checkpoint-N/`` and renamed into place once every
         process has written its part (see ``checkpoints.py``): never a partial ``checkpoint-N``."""
-        root = Path(self.args.output_dir)
+        run = self.args.output_dir
+        root = checkpoints_folder(self.args)
         staged = staging_dir(root, self.state.global_step)
         if self.args.should_save:
             root.mkdir(parents=True, exist_ok=True)
@@ -434,11 +487,26 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.args.output_dir = str(staged)
         try:
             super()._save_checkpoint(model, trial, *args, **kwargs)
+        except OSError as error:
+            if error.errno != errno.ENOSPC:
+                raise
+            shutil.rmtree(staged, ignore_errors=True)
+            latest = latest_checkpoint(root)
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on the device while writing checkpoint {self.state.global_step} under {root}; "
+                f"nothing was lost: the checkpoints before it are intact (the latest: "
+                f"{latest.name if latest else 'none yet'}). Free some space and run the same command with "
+                "resume=true.",
+            ) from error
         finally:
-            self.args.output_dir = str(root)
+            self.args.output_dir = run
         self.accelerator.wait_for_everyone()
         if self.args.should_save:
-            publish_checkpoint(staged / f"checkpoint-{self.state.global_step}", root, self.recipe.keep_last)
+            staged_checkpoint = staged / f"checkpoint-{self.state.global_step}"
+            (staged_checkpoint / SETTINGS_FILE).write_text(json.dumps(run_settings(self.args), indent=2))
+            write_checksums(staged_checkpoint)  # last: the record of a complete checkpoint
+            publish_checkpoint(staged_checkpoint, root, self.args.save_total_limit)
         self.accelerator.wait_for_everyone()
 
 
@@ -459,15 +527,15 @@ class RunEnd(TrainerCallback):
     saved (a resumable checkpoint, and one that §6.1's average can take), and, at the run's end, it is
     validated, for the curve's last point."""
 
-    def __init__(self, args, clock: TrainingClock, session: TimeBudget | None, has_validation: bool):
-        self.args, self.clock, self.session, self.has_validation = args, clock, session, has_validation
+    def __init__(self, clock: TrainingClock, has_validation: bool):
+        self.clock, self.has_validation = clock, has_validation
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.args.max_epochs is not None and state.epoch >= self.args.max_epochs - 1e-9:
+        if args.max_epochs is not None and state.epoch >= args.max_epochs - 1e-9:
             control.should_training_stop = True
         if control.should_training_stop:
             control.should_save = True
-            if self.has_validation and run_over(self.args, state, self.clock):
+            if self.has_validation and run_over(args, state, self.clock):
                 control.should_evaluate = True
         return control
 
@@ -476,7 +544,7 @@ class TrainLog(TrainerCallback):
     """``train_log.jsonl``: one row per training log. A row labelled step k reports update k:
     ``train/lr`` is the rate it stepped with (Eq. 3 at step k, counting from 1), ``train/grad_norm`` the
     norm of its gradient before clipping, ``train/loss`` the loss of its batches (means over the updates
-    since the previous row when ``log_every`` > 1)."""
+    since the previous row when ``logging_steps`` > 1)."""
 
     NAMES = {
         "loss": "train/loss",
@@ -510,8 +578,9 @@ def validation_history(trainer: TranslationTrainer) -> list[dict]:
     ]
 
 
-def finish(trainer: TranslationTrainer, args, splits, precision: dict, training_minutes: float) -> dict:
+def finish(trainer: TranslationTrainer, splits, precision: dict, training_minutes: float) -> dict:
     """The final model (last weights, or §6.1's average), its test BLEU, results.json, the card, the plot."""
+    args = trainer.args
     output = Path(args.output_dir)
     results = {
         "updates": trainer.state.global_step,
@@ -537,14 +606,15 @@ def finish(trainer: TranslationTrainer, args, splits, precision: dict, training_
     return results
 
 
-def stop_session(trainer: TranslationTrainer, args, clock: TrainingClock) -> dict:
+def stop_session(trainer: TranslationTrainer, clock: TrainingClock) -> dict:
     """The end of an invocation that ``session_minutes`` stopped before the run's end: its checkpoint is
     saved; the same command with ``resume=true`` continues the run from it."""
+    args = trainer.args
     if trainer.is_world_process_zero():
         print(
             f"Stopped after session_minutes={args.session_minutes} at update {trainer.state.global_step} "
             f"({clock.elapsed_seconds / 60:.1f} minutes of the run so far); the checkpoint is in "
-            f"{trainer.args.output_dir}. Run the same command with `--set resume=true` to continue."
+            f"{checkpoints_folder(args)}. Run the same command with `--set resume=true` to continue."
         )
     trainer.accelerator.wait_for_everyone()
     return {
@@ -571,7 +641,7 @@ def save_final_model(trainer: TranslationTrainer, args, results: dict):
     the full weights where FSDP or DeepSpeed ZeRO-3 shard them; every process calls it."""
     folder = Path(args.output_dir) / "model"
     final = trainer.accelerator.unwrap_model(trainer.model)
-    averaged = spaced_checkpoints(Path(trainer.args.output_dir), args.average_last, args.save_every)
+    averaged = spaced_checkpoints(checkpoints_folder(args), args.average_last, args.save_steps)
     if len(averaged) > 1:
         if trainer.is_world_process_zero():
             average_checkpoints(averaged, folder)
