@@ -19,7 +19,10 @@ the trainer's public hooks:
   both are computed on every process's share of the split (``evaluate``);
 * checkpoints written whole or not at all (``_save_checkpoint`` stages the trainer's own save and
   ``checkpoints.publish_checkpoint`` renames it into place), so a kill at any moment leaves the last
-  good checkpoint loadable, and ``resume`` reproduces the uninterrupted run's losses;
+  good checkpoint loadable, and ``resume`` reproduces the uninterrupted run's losses; each carries its
+  files' checksums and the run's settings, so resume passes over a damaged one and refuses changed
+  settings (``resumed_checkpoint``);
+* an update whose loss is not finite is skipped, and a run of them stops the run (``guard_update``);
 * the run's wall-clock budget (``run_minutes``, all invocations) and this invocation's
   (``session_minutes``) as the callbacks classification uses too (``common/budget.py``).
 
@@ -81,6 +84,7 @@ from .checkpoints import (
 )
 from .data import prepare_data, tokenize_pairs, translation_tokenizer
 from .evaluation import bleu_scores, evaluate_split, set_decoding
+from .schedule import transformer_lr_scheduler
 
 logger = logging.get_logger(__name__)
 
@@ -289,9 +293,8 @@ class TranslationTrainer(Seq2SeqTrainer):
             collate_fn=self.data_collator,
             shuffle=False,
         )
-        loader.order = order  # the split's index of each row, for the references
         prepared = self.accelerator.prepare(loader)
-        prepared.order = order
+        prepared.order = order  # the split's index of each row, for the references
         return prepared
 
     # -- optimizer and schedule (§5.3) --------------------------------------------------------------------
@@ -315,8 +318,6 @@ class TranslationTrainer(Seq2SeqTrainer):
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         """Eq. 3 at every update, times the cool-down of ``lr_cooldown`` (``budget_spent``)."""
         if self.lr_scheduler is None:
-            from .schedule import transformer_lr_scheduler
-
             self.lr_scheduler = transformer_lr_scheduler(
                 optimizer or self.optimizer,
                 self.model.config.d_model,
