@@ -348,7 +348,21 @@ class VanillaTransformerFeedForward(nn.Module):
 # ------------------------------------------------------------------------------------------------
 
 
-class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
+class VanillaTransformerLayer(GradientCheckpointingLayer):
+    """What the encoder and decoder layers do around their sub-layers: §5.4's residual dropout on each
+    sub-layer's output before it is added to the sub-layer input, and the feed-forward sub-layer."""
+
+    dropout: float
+    ffn: VanillaTransformerFeedForward
+
+    def _residual_dropout(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, p=self.dropout, training=self.training)
+
+    def _ff_block(self, x):
+        return self._residual_dropout(self.ffn(x))
+
+
+class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
     """§3.1 encoder layer: a self-attention sub-layer and a feed-forward sub-layer.
 
     Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (§3.1 with §5.4's residual
@@ -366,10 +380,7 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
 
     def _sa_block(self, x, attention_mask):
         x, probs = self.self_attn(x, attention_mask=attention_mask)
-        return F.dropout(x, p=self.dropout, training=self.training), probs
-
-    def _ff_block(self, x):
-        return F.dropout(self.ffn(x), p=self.dropout, training=self.training)
+        return self._residual_dropout(x), probs
 
     def forward(
         self,
@@ -389,7 +400,7 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         return x, probs
 
 
-class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
+class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
     """§3.1 decoder layer: masked self-attention, encoder-decoder attention, feed-forward.
 
     The self-attention is causal so that position i attends only to positions < i + 1 (§3.1,
@@ -415,14 +426,11 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
 
     def _sa_block(self, x, attention_mask, cache):
         x, probs = self.self_attn(x, attention_mask=attention_mask, cache=cache)
-        return F.dropout(x, p=self.dropout, training=self.training), probs
+        return self._residual_dropout(x), probs
 
     def _mha_block(self, x, memory, memory_mask, cache):
         x, probs = self.encoder_attn(x, key_value_states=memory, attention_mask=memory_mask, cache=cache)
-        return F.dropout(x, p=self.dropout, training=self.training), probs
-
-    def _ff_block(self, x):
-        return F.dropout(self.ffn(x), p=self.dropout, training=self.training)
+        return self._residual_dropout(x), probs
 
     def forward(
         self,
@@ -483,23 +491,51 @@ def _check_tokens_or_embeds(input_ids, inputs_embeds, name: str) -> None:
         raise ValueError(f"`{name}input_ids` must have shape (batch, length), got {tuple(input_ids.shape)}.")
 
 
-class VanillaTransformerEncoder(nn.Module):
-    """§3.1 encoder: N identical layers over the embedded source, (x * sqrt(D) + PE) then dropout (§5.4).
+class VanillaTransformerStack(nn.Module):
+    """What the encoder and decoder stacks share (§3.1, §3.4, §3.5, §5.4): the token embeddings, the
+    positional encodings added to them and dropout on the sum, N layers, and, in pre-LN mode only, a
+    final LayerNorm (in post-LN, the paper's, each layer already ends in one)."""
 
-    In post-LN mode there is no final LayerNorm (each layer already ends in one); pre-LN adds one.
-    """
-
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: VanillaTransformerEmbedding):
+    def __init__(
+        self,
+        config: VanillaTransformerConfig,
+        embed_tokens: VanillaTransformerEmbedding,
+        layers: list[nn.Module],
+    ):
         super().__init__()
         self.config = config
         self.embed_tokens = embed_tokens
         self.embed_positions = VanillaTransformerPositionalEncoding(config)
-        self.layers = nn.ModuleList(
-            [VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.num_encoder_layers)]
-        )
+        self.layers = nn.ModuleList(layers)
         self.layer_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
         )
+
+    def add_positions(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        """§3.5 with §5.4: (B, T, D) scaled embeddings + PE(positions), then dropout on the sum."""
+        hidden_states = inputs_embeds + self.embed_positions(position_ids, inputs_embeds.dtype)
+        return F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+    def final_norm(
+        self, hidden_states: torch.Tensor, all_hidden_states: tuple | None
+    ) -> tuple[torch.Tensor, tuple | None]:
+        """The pre-LN stack's final LayerNorm, which also replaces the last recorded hidden state."""
+        if self.layer_norm is None:
+            return hidden_states, all_hidden_states
+        hidden_states = self.layer_norm(hidden_states)
+        if all_hidden_states is not None:
+            all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        return hidden_states, all_hidden_states
+
+
+class VanillaTransformerEncoder(VanillaTransformerStack):
+    """§3.1 encoder: N identical layers over the embedded source, (x * sqrt(D) + PE) then dropout (§5.4)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: VanillaTransformerEmbedding):
+        layers = [
+            VanillaTransformerEncoderLayer(config, layer_idx=i) for i in range(config.num_encoder_layers)
+        ]
+        super().__init__(config, embed_tokens, layers)
 
     def forward(
         self,
@@ -517,8 +553,7 @@ class VanillaTransformerEncoder(nn.Module):
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # (B, S, D), already x sqrt(D)
         positions = position_ids_from_mask(attention_mask, inputs_embeds.shape[1], 0, inputs_embeds.device)
-        hidden_states = inputs_embeds + self.embed_positions(positions, inputs_embeds.dtype)
-        hidden_states = F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+        hidden_states = self.add_positions(inputs_embeds, positions)
 
         mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
@@ -532,17 +567,14 @@ class VanillaTransformerEncoder(nn.Module):
                 all_hidden_states += (hidden_states,)
             if output_attentions:
                 all_attentions += (probs,)
-        if self.layer_norm is not None:
-            hidden_states = self.layer_norm(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        hidden_states, all_hidden_states = self.final_norm(hidden_states, all_hidden_states)
         outputs = BaseModelOutput(
             last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
         )
         return outputs if return_dict else outputs.to_tuple()
 
 
-class VanillaTransformerDecoder(nn.Module):
+class VanillaTransformerDecoder(VanillaTransformerStack):
     """§3.1 decoder: N identical layers over the embedded, right-shifted target.
 
     With ``has_cross_attention=False`` it is the decoder-only (GPT-style) stack.
@@ -554,20 +586,12 @@ class VanillaTransformerDecoder(nn.Module):
         embed_tokens: VanillaTransformerEmbedding,
         has_cross_attention: bool = True,
     ):
-        super().__init__()
-        self.config = config
+        layers = [
+            VanillaTransformerDecoderLayer(config, layer_idx=i, has_cross_attention=has_cross_attention)
+            for i in range(config.num_decoder_layers)
+        ]
+        super().__init__(config, embed_tokens, layers)
         self.has_cross_attention = has_cross_attention
-        self.embed_tokens = embed_tokens
-        self.embed_positions = VanillaTransformerPositionalEncoding(config)
-        self.layers = nn.ModuleList(
-            [
-                VanillaTransformerDecoderLayer(config, layer_idx=i, has_cross_attention=has_cross_attention)
-                for i in range(config.num_decoder_layers)
-            ]
-        )
-        self.layer_norm = (
-            nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_position == "pre" else None
-        )
 
     def forward(
         self,
@@ -607,8 +631,7 @@ class VanillaTransformerDecoder(nn.Module):
         if position_ids is None:
             positions_mask = attention_mask if not self.has_cross_attention else None
             position_ids = position_ids_from_mask(positions_mask, length, past_length, inputs_embeds.device)
-        hidden_states = inputs_embeds + self.embed_positions(position_ids, inputs_embeds.dtype)
-        hidden_states = F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+        hidden_states = self.add_positions(inputs_embeds, position_ids)
 
         causal_mask = create_causal_mask(
             config=self.config,
@@ -643,10 +666,7 @@ class VanillaTransformerDecoder(nn.Module):
                 all_self_attentions += (self_probs,)
                 if self.has_cross_attention:
                     all_cross_attentions += (cross_probs,)
-        if self.layer_norm is not None:
-            hidden_states = self.layer_norm(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        hidden_states, all_hidden_states = self.final_norm(hidden_states, all_hidden_states)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
             **{CACHE_FIELD: cache if use_cache else None},
@@ -716,6 +736,13 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             return self.save_pretrained(save_directory, *args, **kwargs)
         finally:
             self.__class__ = wrapped
+
+    def output_logits(self, hidden_states: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        """(B, T, D) final decoder states -> (B, T, V) through ``lm_head``, §3.4's pre-softmax linear
+        transformation; with ``logits_to_keep`` only the last that many positions (generation needs one)."""
+        if logits_to_keep:
+            hidden_states = hidden_states[:, -logits_to_keep:]
+        return self.lm_head(hidden_states)
 
     def _paper_tied_weights(self) -> dict[str, str]:
         """{tied parameter: source parameter} that this class (not its sub-models) declares."""
@@ -999,12 +1026,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def get_decoder(self):
         return self.model.decoder
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head = new_embeddings
-
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
@@ -1039,23 +1060,25 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        *,
+        labels: torch.LongTensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        past_key_values: Cache | None = None,
         use_cache: bool | None = None,
+        logits_to_keep: int = 0,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-        logits_to_keep: int = 0,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
-        """``labels`` (B, T): target ids, -100 where ignored; shifted right into ``decoder_input_ids``
-        when those are not given. The loss is label-smoothed with ``config.label_smoothing``.
+        """Source ``input_ids`` (B, S) and its mask; every other input by name (as ``generate()`` and
+        the Trainer pass them). ``labels`` (B, T): target ids, -100 where ignored; shifted right into
+        ``decoder_input_ids`` when those are not given. The loss is label-smoothed with ``config.label_smoothing``.
         The key/value cache comes as ``cache`` or, as transformers before 5.24 name it, ``past_key_values``."""
         cache = _one_cache(cache, past_key_values)
         if labels is not None:
@@ -1075,13 +1098,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        hidden_states = outputs.last_hidden_state
-        if logits_to_keep:
-            hidden_states = hidden_states[:, -logits_to_keep:]
-        logits = self.lm_head(hidden_states)  # (B, T, V): the pre-softmax linear transformation (§3.4)
-        loss = None
-        if labels is not None:
-            loss = label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+        logits = self.output_logits(outputs.last_hidden_state, logits_to_keep)  # (B, T, V)
+        loss = (
+            label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+            if labels is not None
+            else None
+        )
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
@@ -1134,12 +1156,6 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
     def get_decoder(self):
         return self.model.decoder
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head = new_embeddings
-
     @can_return_tuple
     def forward(
         self,
@@ -1149,12 +1165,12 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
+        shift_labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         logits_to_keep: int = 0,
         num_items_in_batch: int | torch.Tensor | None = None,
-        shift_labels: torch.LongTensor | None = None,
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast | tuple:
@@ -1172,10 +1188,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        hidden_states = outputs.last_hidden_state
-        if logits_to_keep:
-            hidden_states = hidden_states[:, -logits_to_keep:]
-        logits = self.lm_head(hidden_states)  # (B, T, V)
+        logits = self.output_logits(outputs.last_hidden_state, logits_to_keep)  # (B, T, V)
         loss = None
         if shift_labels is not None:
             loss = label_smoothed_nll_loss(
@@ -1195,19 +1208,69 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         return output
 
 
-class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
+class VanillaTransformerEncoderHeadModel(VanillaTransformerPreTrainedModel):
+    """The encoder stack alone under a task head (not in the paper; BERT's use of its first half).
+
+    The forward the encoder-only heads share: the encoder reads ``input_ids`` (B, S) (or
+    ``inputs_embeds``) with a 2-D ``attention_mask`` (1 = attend), then the subclass's ``head``
+    turns the final states into ``(loss, logits)``, returned as its ``output_class``.
+    """
+
+    output_class: type[MaskedLMOutput] | type[SequenceClassifierOutput]
+
+    def __init__(self, config: VanillaTransformerConfig):
+        config = _variant_config(config, is_decoder=False, model_name=type(self).__name__)
+        super().__init__(config)
+        self.model = VanillaTransformerModel(config)
+
+    def head(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None, labels: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """(B, S, D) final encoder states -> (loss or None, logits)."""
+        raise NotImplementedError(f"{type(self).__name__} must define its head.")
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | SequenceClassifierOutput | tuple:
+        """``labels`` as the head's class docstring says; the loss is returned only with them."""
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        loss, logits = self.head(outputs.last_hidden_state, attention_mask, labels)
+        return self.output_class(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class VanillaTransformerForMaskedLM(VanillaTransformerEncoderHeadModel):
     """The encoder stack alone with a masked-language-model head (BERT's pre-training objective).
 
     Not in the paper: it pre-trains the encoder on unlabelled text before fine-tuning a classifier.
     The head is a dense layer, the activation and a LayerNorm, then the output projection tied to
     the token embeddings (§3.4's sharing) with its own bias. The loss is cross-entropy on the masked
     positions (labels -100 elsewhere), without label smoothing.
+
+    ``labels`` (B, S): the original ids at masked positions, -100 elsewhere. With
+    ``config.sparse_prediction`` and labels, ``logits`` holds only the masked positions (masked, V).
     """
 
+    output_class = MaskedLMOutput
+
     def __init__(self, config: VanillaTransformerConfig):
-        config = _variant_config(config, is_decoder=False, model_name=type(self).__name__)
         super().__init__(config)
-        self.model = VanillaTransformerModel(config)
+        config = self.config
         self.transform = nn.Linear(config.d_model, config.d_model)
         self.activation = ACT2FN[config.activation]
         self.transform_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -1219,33 +1282,7 @@ class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
             {"lm_head.weight": "model.encoder.embed_tokens.weight"} if self.config.tie_word_embeddings else {}
         )
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, new_embeddings: nn.Linear) -> None:
-        self.lm_head = new_embeddings
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> MaskedLMOutput | tuple:
-        """``labels`` (B, S): the original ids at masked positions, -100 elsewhere. With
-        ``config.sparse_prediction`` and labels, ``logits`` holds only the masked positions (masked, V)."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        hidden_states = outputs.last_hidden_state
+    def head(self, hidden_states, attention_mask, labels):
         if labels is not None and self.config.sparse_prediction:
             if labels.shape != hidden_states.shape[:-1]:
                 raise ValueError(
@@ -1255,26 +1292,26 @@ class VanillaTransformerForMaskedLM(VanillaTransformerPreTrainedModel):
             hidden_states, labels = hidden_states[masked], labels[masked]  # (masked, d_model), (masked,)
         hidden_states = self.transform_layer_norm(self.activation(self.transform(hidden_states)))
         logits = self.lm_head(hidden_states)  # (B, S, V), or (masked, V) with sparse_prediction
-        loss = label_smoothed_nll_loss(logits, labels, 0.0) if labels is not None else None
-        output = MaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-        return output
+        return (label_smoothed_nll_loss(logits, labels, 0.0) if labels is not None else None), logits
 
 
-class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedModel):
+class VanillaTransformerForSequenceClassification(VanillaTransformerEncoderHeadModel):
     """The encoder stack alone with a classification head (not in the paper; BERT's use of its half).
 
     Pooling is padding-aware: the mean of the real tokens' final states (``classifier_pooling="mean"``)
     or the first token's (``"first"``). Single-label, multi-label and regression losses follow
     ``config.problem_type``, inferred from the labels when unset (as in transformers' BERT).
+
+    ``labels``: (B,) class ids, (B, num_labels) multi-hot floats, or (B,)/(B, num_labels) targets
+    for regression.
     """
 
+    output_class = SequenceClassifierOutput
+
     def __init__(self, config: VanillaTransformerConfig):
-        config = _variant_config(config, is_decoder=False, model_name=type(self).__name__)
         super().__init__(config)
+        config = self.config
         self.num_labels = config.num_labels
-        self.model = VanillaTransformerModel(config)
         dropout = config.classifier_dropout if config.classifier_dropout is not None else config.dropout
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
@@ -1297,33 +1334,10 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerPreTrainedMo
         weights = attention_mask.to(hidden_states.dtype).unsqueeze(-1)  # (B, S, 1)
         return (hidden_states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
 
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        **kwargs,
-    ) -> SequenceClassifierOutput | tuple:
-        """``labels``: (B,) class ids, (B, num_labels) multi-hot floats, or (B,)/(B, num_labels) targets
-        for regression."""
-        outputs = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
-        pooled = self.pool(outputs.last_hidden_state, attention_mask)  # (B, D)
+    def head(self, hidden_states, attention_mask, labels):
+        pooled = self.pool(hidden_states, attention_mask)  # (B, D)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
-        loss = self.classification_loss(logits, labels) if labels is not None else None
-        output = SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
-        return output
+        return (self.classification_loss(logits, labels) if labels is not None else None), logits
 
     def classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         problem_type = self.config.problem_type
