@@ -582,7 +582,7 @@ def _write_jsonl(path, rows):
 def test_missing_language_key_names_the_file(tmp_path):
     data = tmp_path / "train.jsonl.gz"
     _write_jsonl(data, [{"translation": {"de": "Hallo", "fr": "Bonjour"}}])
-    with pytest.raises(ValueError, match=r"train.jsonl.gz: language key 'en' is missing"):
+    with pytest.raises(ValueError, match=r"train.jsonl.gz line 1: language key 'en' is missing"):
         run(tmp_path, "out", dataset="json", train_file=str(data), source_lang="de", target_lang="en")
     assert not (tmp_path / "out").exists()
 

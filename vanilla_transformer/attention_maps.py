@@ -27,7 +27,9 @@ def token_labels(tokenizer, ids) -> list[str]:
 
 
 def load_model(folder: str | Path):
-    """The model class the folder was saved from (``config.architectures``) and its tokenizer."""
+    """The model class the folder was saved from (``config.architectures``) and its tokenizer. A folder
+    that holds no readable model of this package, or a tokenizer larger than the model's vocabulary, is
+    refused with the file or field named (``loading.check_model_folder``)."""
     from transformers import AutoTokenizer
 
     from .loading import load_saved_model

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -33,12 +34,14 @@ def cmd_train(options) -> None:
 
 
 def cmd_evaluate(options) -> None:
+    from .loading import check_model_folder
     from .train.common.data import data_path
     from .train.translation.arguments import load_arguments
     from .train.translation.data import prepare_data
     from .train.translation.evaluation import evaluate_folder
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
+    check_model_folder(options.model)  # a bad folder is refused before the data is read
     split = prepare_data(args)[options.split]
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
     references = data_path(args.tokenized_test_references, args.data_dir) if options.split == "test" else None
@@ -55,28 +58,71 @@ def cmd_evaluate(options) -> None:
 
 
 def cmd_translate(options) -> None:
-    source = open(options.input, encoding="utf-8") if options.input else sys.stdin
-    lines = [line.rstrip("\n") for line in source]
-    if options.engine == "ctranslate2":
-        from .ctranslate2_export import translate_ctranslate2
+    """Translate as the input arrives: a chunk of lines is read, translated, written and flushed before the
+    next is read, so memory stays flat however long the input, and a pipe or a terminal gets each
+    translation while its input is still open. The input is read as UTF-8 (an invalid byte is an error
+    naming the line and column); empty input writes nothing."""
+    import contextlib
 
-        translations = translate_ctranslate2(
-            options.model,
-            lines,
-            beam_size=options.beams,
-            length_penalty=options.length_penalty,
-            batch_size=options.batch_size,
+    where = options.input or "<stdin>"
+    with contextlib.ExitStack() as files:
+        source = files.enter_context(open(options.input, "rb")) if options.input else sys.stdin.buffer
+        engine = _ctranslate2_translator if options.engine == "ctranslate2" else _pytorch_translator
+        translate = engine(options)  # the model loads before the first line is read
+        output = (
+            files.enter_context(open(options.output, "w", encoding="utf-8")) if options.output else sys.stdout
         )
-    else:
-        translations = _translate_with_pytorch(options, lines)
-    text = "\n".join(translations) + ("\n" if translations else "")
-    if options.output:
-        Path(options.output).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
+        count = 0  # chunks of 16 batches: translate() sorts a chunk's lines by length into its batches
+        for lines in _line_chunks(source, where, size=16 * max(options.batch_size, 1)):
+            output.write("".join(f"{text}\n" for text in translate(lines)))
+            output.flush()
+            count += len(lines)
+    if options.input and not count:
+        print(f"{where} is empty: nothing to translate.", file=sys.stderr)
 
 
-def _translate_with_pytorch(options, lines: list[str]) -> list[str]:
+def _line_chunks(source, where: str, size: int):
+    """The lines of a binary stream as UTF-8 text (``\\n`` or ``\\r\\n`` ends a line), in lists of at most
+    ``size``; a shorter list as soon as nothing more has arrived (a pipe or a terminal), so no line waits
+    for later ones. A byte that is not UTF-8 is an error naming ``where``, the line and the column."""
+    from .train.common.data import decode_line
+
+    lines, pending, number = [], bytearray(), 0
+    while data := source.read1(1 << 16):
+        pending += data
+        if b"\n" not in data:
+            continue
+        *complete, rest = pending.split(b"\n")
+        pending = rest
+        for raw in complete:
+            number += 1
+            lines.append(decode_line(bytes(raw.removesuffix(b"\r")), where, number))
+            if len(lines) == size:
+                yield lines
+                lines = []
+        if lines and not _more_ready(source):
+            yield lines
+            lines = []
+    if pending:
+        lines.append(decode_line(bytes(pending.removesuffix(b"\r")), where, number + 1))
+    if lines:
+        yield lines
+
+
+def _more_ready(source) -> bool:
+    """Whether reading ``source`` now would return at once (a file: always; a pipe: if bytes are waiting)."""
+    import select
+
+    try:
+        return bool(select.select([source], [], [], 0)[0])
+    except (OSError, ValueError):  # no file descriptor (an in-memory stream), or a Windows pipe
+        return True
+
+
+def _pytorch_translator(options):
+    """``lines -> translations`` with the saved model (loaded once) and the command's decoding options."""
+    import functools
+
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -96,7 +142,23 @@ def _translate_with_pytorch(options, lines: list[str]) -> list[str]:
     # The longest source the model was trained for (the tokenizer records it); longer lines are cut to it,
     # with a warning that names the limit.
     limit = tokenizer.model_max_length if tokenizer.model_max_length < 10**6 else None
-    return translate(model, tokenizer, lines, options.batch_size, max_source_length=limit, **kwargs)
+    return functools.partial(
+        translate, model, tokenizer, batch_size=options.batch_size, max_source_length=limit, **kwargs
+    )
+
+
+def _ctranslate2_translator(options):
+    """``lines -> translations`` with an exported CTranslate2 model (loaded once)."""
+    import functools
+
+    from .ctranslate2_export import CTranslate2Translator
+
+    return functools.partial(
+        CTranslate2Translator(options.model),
+        beam_size=options.beams,
+        length_penalty=options.length_penalty,
+        batch_size=options.batch_size,
+    )
 
 
 def cmd_average(options) -> None:
@@ -141,7 +203,8 @@ def cmd_attention(options) -> None:
 def cmd_demo(options) -> None:
     from .demo import launch
 
-    launch(options.model, host=options.host, port=options.port)
+    # A folder that holds no model of ours is one line here, not a served page that says so (as a Space).
+    launch(options.model, host=options.host, port=options.port, fail_on_bad_model=True)
 
 
 def cmd_classify(options) -> None:
@@ -381,6 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     options = build_parser().parse_args(argv)
     try:
         options.func(options)
+    except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as other filters do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        raise SystemExit(141) from None
     except (ValueError, OSError, ImportError) as error:  # bad input, a missing file, a full disk: one line
         raise SystemExit(f"error: {error}") from error
 

@@ -32,6 +32,9 @@ The output folder holds ``model.bin``, CTranslate2's ``config.json``, ``shared_v
 tokenizer's tokens in id order), the tokenizer's own files and our ``generation_config.json`` (the §6.1
 decoding defaults that :func:`translate_ctranslate2` reads).
 
+A folder the export cannot read (another architecture, missing or damaged weights, a tokenizer larger
+than the model's vocabulary) is refused before anything is converted, with the file or field named.
+
 CTranslate2 is optional: ``pip install "vanilla-transformer[ctranslate2]"``.
 """
 
@@ -99,9 +102,11 @@ def export_ctranslate2(
 
     Raises:
         ImportError: ``ctranslate2`` is not installed.
-        FileNotFoundError: ``model_dir`` has no ``config.json`` or no tokenizer.
+        FileNotFoundError: ``model_dir`` does not exist or has no ``config.json``, weights or tokenizer.
         FileExistsError: ``output_dir`` exists and ``force`` is not set.
-        ValueError: the folder is not a translation model, or a setting CTranslate2 cannot express.
+        ValueError: the folder is not a translation model of this package (another architecture's
+            ``model_type``, a classifier), its weights are damaged, its tokenizer has more tokens than
+            ``vocab_size``, or a setting CTranslate2 cannot express.
     """
     ctranslate2 = _import_ctranslate2()
     model_dir, output_dir = Path(model_dir), Path(output_dir)
@@ -112,7 +117,7 @@ def export_ctranslate2(
     if output_dir.resolve() == model_dir.resolve():
         raise ValueError("`output_dir` must differ from `model_dir`: the conversion empties it first.")
     if output_dir.exists() and not force:
-        raise FileExistsError(f"{output_dir} already exists; pass force=True to replace it.")
+        raise FileExistsError(f"{output_dir} already exists; pass --force (force=True) to replace it.")
 
     from transformers import AutoTokenizer
 
@@ -146,16 +151,12 @@ def export_ctranslate2(
 
 
 def _check_model_folder(model_dir: Path) -> None:
-    """Fail before loading anything when the folder cannot be a saved translation model with a tokenizer."""
-    config_path = model_dir / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{model_dir} has no config.json: not a saved model folder.")
-    config = json.loads(config_path.read_text(encoding="utf-8"))
-    if config.get("model_type") != "vanilla_transformer":
-        raise ValueError(
-            f"{model_dir} holds a {config.get('model_type')!r} model, not a vanilla_transformer one."
-        )
-    if not config.get("is_encoder_decoder", True):
+    """Fail before loading anything when the folder cannot be a saved translation model with a tokenizer:
+    the checks of every command (``loading.check_model_folder``), then the export's own."""
+    from .loading import check_model_folder
+
+    config = check_model_folder(model_dir)
+    if not config.is_encoder_decoder:
         raise ValueError(
             f"{model_dir} holds a single-stack model (is_encoder_decoder=False); the CTranslate2 export needs "
             "a translation model (VanillaTransformerForConditionalGeneration)."
@@ -168,12 +169,8 @@ def _check_model_folder(model_dir: Path) -> None:
 
 
 def _vocabulary(tokenizer, vocab_size: int) -> list[str]:
-    """The tokenizer's tokens in id order, one per row of the embedding matrix."""
-    if len(tokenizer) > vocab_size:
-        raise ValueError(
-            f"The tokenizer has {len(tokenizer)} tokens but the model's `vocab_size` is {vocab_size}: "
-            "was the model saved with another tokenizer?"
-        )
+    """The tokenizer's tokens in id order, one per row of the embedding matrix (``_check_model_folder`` has
+    refused a tokenizer with more tokens than ``vocab_size``)."""
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     # Rows no token maps to (a vocabulary padded to a round size) still need a unique name.
     tokens = [token if token is not None else f"<unused_{i}>" for i, token in enumerate(tokens)]
@@ -304,6 +301,69 @@ def _set_layer_norm(spec, layer_norm: torch.nn.LayerNorm) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+class CTranslate2Translator:
+    """An exported CTranslate2 model loaded once (its tokenizer, decoding defaults and ``ctranslate2.Translator``),
+    called on list after list of sentences, as ``translate`` does with a stream of input."""
+
+    def __init__(self, ct2_dir: str | Path, device: str = "cpu", compute_type: str = "default"):
+        ctranslate2 = _import_ctranslate2()
+        from transformers import AutoTokenizer
+
+        self.folder = Path(ct2_dir)
+        if not (self.folder / "model.bin").is_file():
+            raise FileNotFoundError(
+                f"{self.folder} has no model.bin; export it with export_ctranslate2 first."
+            )
+        self.decoding = _decoding_defaults(self.folder)
+        self.num_positions = json.loads((self.folder / "config.json").read_text(encoding="utf-8")).get(
+            "max_position_embeddings", math.inf
+        )
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        self.translator = ctranslate2.Translator(str(self.folder), device=device, compute_type=compute_type)
+
+    def __call__(
+        self,
+        sentences: Sequence[str],
+        beam_size: int | None = None,
+        length_penalty: float | None = None,
+        max_decoding_length: int | None = None,
+        batch_size: int = 32,
+    ) -> list[str]:
+        """Detokenized translations of ``sentences`` in input order (arguments as :func:`translate_ctranslate2`)."""
+        decoding, tokenizer, num_positions = self.decoding, self.tokenizer, self.num_positions
+        beam_size = decoding["num_beams"] if beam_size is None else beam_size
+        length_penalty = decoding["length_penalty"] if length_penalty is None else length_penalty
+        if not sentences:
+            return []
+        sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(list(sentences))["input_ids"]]
+        too_long = [i for i, tokens in enumerate(sources) if len(tokens) > num_positions]
+        if too_long:
+            raise ValueError(
+                f"Sentence {too_long[0]} has {len(sources[too_long[0]])} tokens, but the exported position "
+                f"table holds max_position_embeddings={num_positions} positions."
+            )
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
+        results = [""] * len(sources)
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            batch = [sources[i] for i in indices]
+            limit = max_decoding_length or decoding["max_new_tokens"]
+            if limit is None:
+                limit = max(len(tokens) for tokens in batch) + decoding["max_new_tokens_over_source"]
+            outputs = self.translator.translate_batch(
+                batch,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+                max_decoding_length=min(limit, num_positions),  # the decoder reads one position per step
+                min_decoding_length=0,  # generate() may end at the first step; CTranslate2's default forbids it
+                max_input_length=0,  # no silent truncation: generate() reads the whole source
+            )
+            for index, output in zip(indices, outputs, strict=True):
+                ids = tokenizer.convert_tokens_to_ids(output.hypotheses[0])
+                results[index] = tokenizer.decode(ids, skip_special_tokens=True).strip()
+        return results
+
+
 def translate_ctranslate2(
     ct2_dir: str | Path,
     sentences: Sequence[str],
@@ -331,50 +391,8 @@ def translate_ctranslate2(
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
         compute_type: CTranslate2's compute type (``"default"`` keeps the exported one where supported).
     """
-    ctranslate2 = _import_ctranslate2()
-    from transformers import AutoTokenizer
-
-    folder = Path(ct2_dir)
-    if not (folder / "model.bin").is_file():
-        raise FileNotFoundError(f"{folder} has no model.bin; export it with export_ctranslate2 first.")
-    decoding = _decoding_defaults(folder)
-    beam_size = decoding["num_beams"] if beam_size is None else beam_size
-    length_penalty = decoding["length_penalty"] if length_penalty is None else length_penalty
-    num_positions = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
-        "max_position_embeddings", math.inf
-    )
-
-    if not sentences:
-        return []
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(list(sentences))["input_ids"]]
-    too_long = [i for i, tokens in enumerate(sources) if len(tokens) > num_positions]
-    if too_long:
-        raise ValueError(
-            f"Sentence {too_long[0]} has {len(sources[too_long[0]])} tokens, but the exported position table "
-            f"holds max_position_embeddings={num_positions} positions."
-        )
-    translator = ctranslate2.Translator(str(folder), device=device, compute_type=compute_type)
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
-    results = [""] * len(sources)
-    for start in range(0, len(order), batch_size):
-        indices = order[start : start + batch_size]
-        batch = [sources[i] for i in indices]
-        limit = max_decoding_length or decoding["max_new_tokens"]
-        if limit is None:
-            limit = max(len(tokens) for tokens in batch) + decoding["max_new_tokens_over_source"]
-        outputs = translator.translate_batch(
-            batch,
-            beam_size=beam_size,
-            length_penalty=length_penalty,
-            max_decoding_length=min(limit, num_positions),  # the decoder reads one position per step
-            min_decoding_length=0,  # generate() may end at the first step; CTranslate2's default forbids it
-            max_input_length=0,  # no silent truncation: generate() reads the whole source
-        )
-        for index, output in zip(indices, outputs, strict=True):
-            ids = tokenizer.convert_tokens_to_ids(output.hypotheses[0])
-            results[index] = tokenizer.decode(ids, skip_special_tokens=True).strip()
-    return results
+    translator = CTranslate2Translator(ct2_dir, device=device, compute_type=compute_type)
+    return translator(sentences, beam_size, length_penalty, max_decoding_length, batch_size)
 
 
 def _decoding_defaults(folder: Path) -> dict:
@@ -392,4 +410,10 @@ def _decoding_defaults(folder: Path) -> dict:
     return {**defaults, "max_new_tokens": fixed}
 
 
-__all__ = ["export_ctranslate2", "translate_ctranslate2", "transformer_spec", "INSTALL_HINT"]
+__all__ = [
+    "export_ctranslate2",
+    "translate_ctranslate2",
+    "CTranslate2Translator",
+    "transformer_spec",
+    "INSTALL_HINT",
+]

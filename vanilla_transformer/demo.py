@@ -5,7 +5,8 @@ adjustable; the defaults are the model's own, §6.1), and the three uses of atte
 self-attention, masked decoder self-attention, encoder-decoder attention) of a chosen layer and head as
 pictures: the weights ``softmax(QK^T / sqrt(d_k))`` of Eq. 1. For a classifier: the label with its scores.
 For a causal language model: a continuation. Bad input (empty or over-long text, a folder that holds no
-model of ours) gets a message on the page; the server keeps serving.
+model of ours: another architecture, missing or damaged weights, a tokenizer larger than the vocabulary)
+gets a message on the page; the server keeps serving.
 
     vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H]
     python -m vanilla_transformer.demo --model DIR_OR_HUB_ID
@@ -72,12 +73,21 @@ class Loaded:
 
 
 def load_for_demo(model_path: str | Path) -> Loaded:
-    """Load a saved folder or Hub id; a ``ValueError`` that says what is wrong when it is not a
-    translation model, classifier or causal LM of this package (or cannot be read)."""
+    """Load a saved folder or Hub id; a ``ValueError`` (``FileNotFoundError`` for a missing file) that says
+    what is wrong when it is not a translation model, classifier or causal LM of this package (or cannot be
+    read). With the package installed, a local folder first gets the checks every command runs
+    (``loading.check_model_folder``: another architecture, missing or damaged weights, a tokenizer larger
+    than ``vocab_size``)."""
     from transformers import AutoTokenizer, PretrainedConfig
 
     model_path = str(model_path)
     folder = Path(model_path).expanduser()
+    # Without the package (a Space's app.py), the folder's own remote code defines the config and model.
+    remote_code = importlib.util.find_spec("vanilla_transformer") is None
+    if not remote_code and folder.exists():
+        from vanilla_transformer.loading import check_model_folder
+
+        check_model_folder(folder)
     if folder.is_dir() and not (folder / "config.json").is_file():
         raise ValueError(f"{model_path!r} is not a saved model folder: it has no config.json.")
     if not folder.exists() and (model_path.startswith(("/", ".", "~")) or model_path.count("/") != 1):
@@ -98,8 +108,6 @@ def load_for_demo(model_path: str | Path) -> Loaded:
             f"{', '.join(TASKS)} (config.json's architectures)."
         )
     task, auto_class = TASKS[architecture]
-    # Without the package (a Space's app.py), the folder's own remote code defines the config and model.
-    remote_code = importlib.util.find_spec("vanilla_transformer") is None
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=remote_code)
     except (OSError, ValueError) as error:
@@ -107,7 +115,7 @@ def load_for_demo(model_path: str | Path) -> Loaded:
     if not remote_code:
         from vanilla_transformer.loading import MODEL_CLASSES, load_saved_model
 
-        model = load_saved_model(model_path, MODEL_CLASSES[architecture])  # names a damaged weights file
+        model = load_saved_model(model_path, MODEL_CLASSES[architecture], allow_hub_id=True)
     else:
         import transformers
 
@@ -270,15 +278,19 @@ def _describe(model_path: str, loaded: Loaded) -> str:
     return "\n".join(lines)
 
 
-def build_demo(model_path: str | Path):
+def build_demo(model_path: str | Path, *, fail_on_bad_model: bool = False):
     """The Gradio Blocks page for ``model_path`` (a saved folder or Hub id). A path that holds no model
-    of ours gives a page that says so, instead of an exception."""
+    of ours gives a page that says so, instead of an exception; with ``fail_on_bad_model`` (the ``demo``
+    command) the exception is raised, before any server starts."""
     gr = _gradio()
     model_path = str(model_path)
     try:
         loaded = load_for_demo(model_path)
     except (ValueError, OSError, ImportError, RuntimeError) as error:  # e.g. weights of another shape
-        logger.error("Cannot serve %s: %s", model_path, error, exc_info=not isinstance(error, ValueError))
+        if fail_on_bad_model:
+            raise
+        expected = isinstance(error, (ValueError, FileNotFoundError, NotADirectoryError))  # said in one line
+        logger.error("Cannot serve %s: %s", model_path, error, exc_info=not expected)
         with gr.Blocks(title="vanilla-transformer demo") as demo:
             gr.Markdown(f"# {model_path}")
             gr.Markdown(f"⚠️ Cannot serve this model. {error}", elem_id="vt-message")
@@ -418,10 +430,18 @@ def theme():
     return gr.themes.Default(font=fonts, font_mono=["ui-monospace", "monospace"])
 
 
-def launch(model_path: str | Path, host: str | None = None, port: int | None = None, **kwargs):
+def launch(
+    model_path: str | Path,
+    host: str | None = None,
+    port: int | None = None,
+    *,
+    fail_on_bad_model: bool = False,
+    **kwargs,
+):
     """Serve the page (blocking unless ``prevent_thread_lock=True``); host and port default to Gradio's
-    (127.0.0.1:7860, or ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` as a Space sets them)."""
-    demo = build_demo(model_path)
+    (127.0.0.1:7860, or ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` as a Space sets them).
+    ``fail_on_bad_model``: raise, instead of serving a page that says what is wrong with the model."""
+    demo = build_demo(model_path, fail_on_bad_model=fail_on_bad_model)
     demo.launch(server_name=host, server_port=port, theme=theme(), **kwargs)
     return demo
 

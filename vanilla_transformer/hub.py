@@ -4,9 +4,10 @@ A folder written by a training run holds everything a user of the Hub needs: the
 (safetensors), ``config.json`` with its ``auto_map``, the remote code that ``trust_remote_code=True``
 imports, the generation config (§6.1 beam search), the tokenizer, the translation pipeline module
 (seq2seq models) and the filled model card ``README.md`` with the run's results. :func:`push_folder`
-checks that nothing is missing and uploads it with one ``HfApi.create_commit``; :func:`push_model`
-is what ``model.push_to_hub(...)`` runs, so the card that goes up is this model's, not transformers'
-generic one.
+checks that the folder loads as a model of this package (not another architecture's, no missing or
+damaged weights, a tokenizer that fits the vocabulary) and that nothing is missing, and uploads it with
+one ``HfApi.create_commit``; :func:`push_model` is what ``model.push_to_hub(...)`` runs, so the card that
+goes up is this model's, not transformers' generic one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
-from .loading import check_weights, load_saved_model
+from .loading import load_saved_model
 from .model_card import write_model_card
 from .model_tasks import MODEL_TASKS
 
@@ -63,13 +64,15 @@ def push_folder(
 ) -> CommitInfo:
     """Create ``repo_id`` if needed and upload the model folder in one commit; returns the commit.
 
-    Raises ``FileNotFoundError`` naming every file a user would miss (weights, card, tokenizer, remote
-    code) before anything is sent. ``with_demo`` adds the demo page as ``app.py`` with what it imports and
+    Before anything is sent: the folder must load as a model of this package (``loading.load_saved_model``:
+    a ``FileNotFoundError`` or ``ValueError`` naming the missing folder, ``config.json`` or weights, another
+    architecture's ``model_type``, a damaged weights file, a tensor the weights lack or a tokenizer larger
+    than ``vocab_size``), then a ``FileNotFoundError`` names every file a user would miss (card, tokenizer,
+    remote code). ``with_demo`` adds the demo page as ``app.py`` with what it imports and
     a ``requirements.txt`` (``space_files``): run there, or in a Space, it serves this model.
     """
     folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"No such model folder: {folder}")
+    load_saved_model(folder)  # checks the folder, then that every tensor loads (a renamed one would not)
     missing = missing_files(folder)
     if missing:
         raise FileNotFoundError(
@@ -77,7 +80,6 @@ def push_folder(
             "tokenizer with save_pretrained (a training run writes all of it, model card included)."
         )
     ModelCard.load(folder / "README.md")  # a card that does not parse must not reach the Hub
-    check_weights(folder)  # nor weights cut short
     architecture = json.loads((folder / "config.json").read_text(encoding="utf-8")).get(
         "architectures", ["model"]
     )

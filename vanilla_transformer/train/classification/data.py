@@ -3,26 +3,44 @@ file, label names, the texts as the classifier reads them, and pre-training's co
 
 from __future__ import annotations
 
-from pathlib import Path
+import functools
 
 import numpy as np
 from datasets import Dataset, load_dataset
 
 from ...classification_pipeline import LongText, clean_text, encode_long_texts
-from ..common.data import data_path
+from ..common.data import check_data_file, data_path
 from .arguments import ClassificationArguments
 
 
-def load_split(args: ClassificationArguments, file: str) -> tuple[Dataset, str]:
-    """A split and the name errors give it: a JSON Lines file (``dataset: json``), or the split named
-    ``file`` of a Hub data set (``stanfordnlp/imdb``: ``train``, ``test``, ``unsupervised``; a local folder
-    of data files reads the same way)."""
+def load_split(args: ClassificationArguments, file: str, labelled: bool = True) -> tuple[Dataset, str]:
+    """A split and the name errors give it: a JSON Lines file (``dataset: json``; every row checked first,
+    an error naming the line of the first bad one), or the split named ``file`` of a Hub data set
+    (``stanfordnlp/imdb``: ``train``, ``test``, ``unsupervised``; a local folder of data files reads the
+    same way)."""
     if args.dataset != "json":
         return load_dataset(args.dataset, split=file), f"{args.dataset} ({file})"
     path = data_path(file, args.data_dir)
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"No such data file: {path}")
+    check_data_file(path, row_problem=functools.partial(_row_problem, args=args, labelled=labelled))
     return load_dataset("json", data_files=path, split="train"), path
+
+
+def _row_problem(row: dict, args: ClassificationArguments, labelled: bool = True) -> str | None:
+    """What is wrong with one row (None: nothing): its text missing or not text; if ``labelled``, its
+    text empty or its label missing or not an integer."""
+    columns = (args.text_column, args.label_column) if labelled else (args.text_column,)
+    missing = [column for column in columns if column not in row]
+    if missing:
+        return f"column {missing[0]!r} is missing; the row has {sorted(row)}"
+    text = row[args.text_column]
+    if not isinstance(text, str):
+        return f"{args.text_column!r} is {text!r}, not text"
+    if labelled and not text.strip():
+        return f"{args.text_column!r} is empty"
+    label = row.get(args.label_column)
+    if labelled and (not isinstance(label, int) or isinstance(label, bool)):
+        return f"{args.label_column!r} is {label!r}; labels must be integers"
+    return None
 
 
 def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
@@ -32,12 +50,9 @@ def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
         if column not in data.column_names:
             raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
     for index, (text, label) in enumerate(zip(data[args.text_column], data[args.label_column], strict=True)):
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{path}: row {index} has an empty {args.text_column!r}.")
-        if not isinstance(label, int) or isinstance(label, bool):
-            raise ValueError(
-                f"{path}: row {index} has {args.label_column!r}={label!r}; labels must be integers."
-            )
+        problem = _row_problem({args.text_column: text, args.label_column: label}, args)
+        if problem:  # a Hub split (a file's rows were checked line by line as it was read)
+            raise ValueError(f"{path}: row {index}: {problem}.")
     return data
 
 
@@ -125,7 +140,7 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     train, validation = training_and_validation(args, seed)
     texts = list(train[args.text_column])
     for file in args.unlabelled_files:
-        data, where = load_split(args, file)
+        data, where = load_split(args, file, labelled=False)
         if args.text_column not in data.column_names:
             raise ValueError(
                 f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}."

@@ -1,5 +1,7 @@
 """``classify evaluate``: a saved classifier on a labelled file (or the held-out validation texts), reading
-long texts as its pipeline does: accuracy, F1 and a confusion-matrix picture."""
+long texts as its pipeline does: accuracy, F1 and a confusion-matrix picture. The folder is checked before
+the data is read (``loading.check_model_folder``): another architecture, missing or damaged weights or a
+tokenizer larger than ``vocab_size`` is one error naming the file or field."""
 
 from __future__ import annotations
 
@@ -51,9 +53,14 @@ def evaluate_classifier(
     validation scores to ``eval_results-validation*.json``)."""
     if split not in ("test", "validation"):
         raise ValueError(f"`split` must be 'test' or 'validation', got {split!r}.")
+    if split == "validation" and file is not None:
+        raise ValueError("Pass a labelled `file` or `split='validation'`, not both.")
+    if split == "test" and not (file or args.test_file):
+        raise ValueError("Nothing to evaluate on: give a labelled file or set the recipe's `test_file`.")
+    # The folder before the data (refused with the file or field named when it holds no model of ours).
+    model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if split == "validation":
-        if file is not None:
-            raise ValueError("Pass a labelled `file` or `split='validation'`, not both.")
         file = (
             args.validation_file or f"{args.train_file} (validation_size {args.validation_size}, seed {seed})"
         )
@@ -61,12 +68,8 @@ def evaluate_classifier(
         data = training_and_validation(args, seed)[1]
     else:
         file = file or args.test_file
-        if not file:
-            raise ValueError("Nothing to evaluate on: give a labelled file or set the recipe's `test_file`.")
         title = Path(file).name
         data = load_labelled(args, file)
-    model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     data = subset(data, args.max_eval_examples, 0)
     num_labels = model.config.num_labels
     bad = [label for label in set(data[args.label_column]) if not 0 <= label < num_labels]

@@ -1,10 +1,14 @@
-"""Where a run's data files are (``--data-dir`` / ``VT_DATA_DIR``) and the run's tokenizer: an existing one,
-or a BPE vocabulary trained on the run's text and saved for the next invocation."""
+"""Where a run's data files are (``--data-dir`` / ``VT_DATA_DIR``), the one check every data file passes
+before ``datasets`` reads it, and the run's tokenizer: an existing one, or a BPE vocabulary trained on the
+run's text and saved for the next invocation."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
-from collections.abc import Iterable, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from transformers import AutoTokenizer
@@ -25,6 +29,65 @@ def data_path(value: str | None, folder: str | None = None) -> str | None:
         return None
     root = data_dir(folder)
     return str(root / value) if root is not None and not Path(value).is_absolute() else value
+
+
+def decode_line(raw: bytes, where: str, number: int) -> str:
+    """One line of bytes as UTF-8 text; a byte that is not UTF-8 is an error naming the file (``where``),
+    the line ``number`` and the column (1-based, in characters)."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        column = len(raw[: error.start].decode("utf-8", errors="replace")) + 1
+        raise ValueError(
+            f"{where} line {number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {column})"
+        ) from None
+
+
+def check_data_file(
+    path: str | Path, json_lines: bool = True, row_problem: Callable[[dict], str | None] | None = None
+) -> None:
+    """Read a data file once, a line at a time, before ``datasets`` reads it, so that a damaged file is
+    one error naming the file and line (not a ``DatasetGenerationError`` traceback, or a ``TypeError``
+    from the tokenizer later): a missing file, a ``.gz`` that is not gzip (or is cut short), a line that
+    is not UTF-8, a file with no non-blank line, and for ``json_lines`` a line that is not a JSON
+    object or that ``row_problem`` (given the row, it returns what is wrong, or None) finds fault with.
+    Blank lines are allowed (``datasets`` skips them)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such data file: {path}")
+    with open(path, "rb") as handle:
+        start = handle.read(2)
+    gzipped = start == b"\x1f\x8b"  # read as gzip by its content, whatever the name, as ``datasets`` does
+    if start and path.suffix == ".gz" and not gzipped:
+        raise ValueError(f"{path} is named .gz but is not gzip")
+    rows = 0
+    try:
+        with (gzip.open if gzipped else open)(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                text = decode_line(raw.rstrip(b"\r\n"), str(path), number)
+                if not text.strip():
+                    continue
+                rows += 1
+                if json_lines:
+                    _check_json_line(text, f"{path} line {number}", row_problem)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+        raise ValueError(f"{path} is a damaged or cut-short gzip file ({error})") from None
+    if not rows:
+        raise ValueError(f"{path} is empty: no rows to read.")
+
+
+def _check_json_line(text: str, where: str, row_problem: Callable[[dict], str | None] | None) -> None:
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(row, dict):
+        raise ValueError(
+            f"{where}: {text.strip()[:40]!r} is not a JSON object (JSON Lines: one object a line)"
+        )
+    problem = row_problem(row) if row_problem is not None else None
+    if problem:
+        raise ValueError(f"{where}: {problem}")
 
 
 def load_or_train_tokenizer(
@@ -52,4 +115,4 @@ def load_or_train_tokenizer(
     return tokenizer
 
 
-__all__ = ["data_dir", "data_path", "load_or_train_tokenizer"]
+__all__ = ["data_dir", "data_path", "decode_line", "check_data_file", "load_or_train_tokenizer"]

@@ -189,11 +189,20 @@ def average_checkpoints(model_dirs: Sequence[str | Path], output_dir: str | Path
     """§6.1: average the parameters of several checkpoints of one run into a new model folder.
 
     The first folder supplies config, tokenizer, generation config and code; every folder must hold
-    the same tensors. Returns the output folder, loadable with ``from_pretrained``.
+    the same tensors. Every folder is checked before anything is averaged (``loading.check_model_folder``:
+    config.json of this package's model, readable weights, a tokenizer that fits the vocabulary); a bad one
+    is named. Returns the output folder, loadable with ``from_pretrained``.
     """
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from ...loading import check_model_folder, load_saved_model
+
     if len(model_dirs) < 1:
         raise ValueError("Give at least one checkpoint to average.")
     folders = [_model_folder(Path(d)) for d in model_dirs]
+    model = load_saved_model(folders[0], AutoModelForSeq2SeqLM)  # checks the first folder
+    for folder in folders[1:]:
+        check_model_folder(folder)
     total: dict[str, torch.Tensor] | None = None
     for folder in folders:
         tensors = load_file(folder / "model.safetensors")
@@ -202,14 +211,19 @@ def average_checkpoints(model_dirs: Sequence[str | Path], output_dir: str | Path
             dtypes = {name: tensor.dtype for name, tensor in tensors.items()}
             continue
         if tensors.keys() != total.keys():
+            lacks, holds = sorted(total.keys() - tensors.keys()), sorted(tensors.keys() - total.keys())
             raise ValueError(
-                f"{folder} holds different tensors than {folders[0]}; average checkpoints of one run."
+                f"{folder} holds different tensors than {folders[0]} (it lacks "
+                f"{', '.join(lacks[:3]) or '-'}, holds {', '.join(holds[:3]) or '-'}); average checkpoints "
+                "of one run."
             )
         for name, tensor in tensors.items():
+            if tensor.shape != total[name].shape:
+                raise ValueError(
+                    f"{folder}'s {name} is {list(tensor.shape)}, {folders[0]}'s {list(total[name].shape)}; "
+                    "average checkpoints of one run."
+                )
             total[name] += tensor.to(torch.float64)
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    model = AutoModelForSeq2SeqLM.from_pretrained(folders[0])
     averaged = {name: (value / len(folders)).to(dtypes[name]) for name, value in total.items()}
     result = model.load_state_dict(averaged, strict=False)
     tied = set(model.all_tied_weights_keys)  # stored once in the file, shared in the model
@@ -225,11 +239,10 @@ def average_checkpoints(model_dirs: Sequence[str | Path], output_dir: str | Path
 
 
 def _model_folder(path: Path) -> Path:
-    """Accept a model folder or a checkpoint folder holding ``model/``."""
-    for candidate in (path, path / "model"):
-        if (candidate / "model.safetensors").is_file():
-            return candidate
-    raise FileNotFoundError(f"{path} holds no model.safetensors (nor does {path / 'model'}).")
+    """Accept a model folder or a folder holding ``model/`` (a run folder)."""
+    if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():
+        return path / "model"
+    return path
 
 
 __all__ = [

@@ -4,14 +4,14 @@ tokenization."""
 
 from __future__ import annotations
 
-import gzip
+import functools
 import itertools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from datasets import Dataset, DatasetDict, load_dataset
 
-from ..common.data import data_path, load_or_train_tokenizer
+from ..common.data import check_data_file, data_path, load_or_train_tokenizer
 from .synthetic import synthetic_pairs
 
 if TYPE_CHECKING:
@@ -77,14 +77,34 @@ def load_translation_splits(
 
 
 def _read_json_split(path: Path, source_lang: str, target_lang: str, columns=(None, None)) -> Dataset:
-    if not path.is_file():
-        raise FileNotFoundError(f"No such data file: {path}")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        if not any(line.strip() for line in handle):
-            raise ValueError(f"{path} is empty: no translation pairs to read.")
+    check_data_file(
+        path,
+        row_problem=functools.partial(_pair_problem, languages=(source_lang, target_lang), columns=columns),
+    )
     data = load_dataset("json", data_files=str(path), split="train")
     return _select_languages(data, str(path), source_lang, target_lang, columns)
+
+
+def _pair_problem(row: dict, languages: tuple[str, str], columns=(None, None)) -> str | None:
+    """What is wrong with one JSON Lines row of a pair (None: nothing): in ``{"translation": {lang:
+    text}}`` a language key missing, in flat rows a column (``columns``, else the languages) missing; or
+    either holding something other than text."""
+    if "translation" in row and not any(columns):
+        pair, keys, what = row["translation"], languages, "language key"
+        if not isinstance(pair, dict):
+            return f"'translation' is {pair!r}, not an object of language keys"
+    else:
+        pair, keys, what = row, (columns[0] or languages[0], columns[1] or languages[1]), "column"
+    missing = [key for key in keys if key not in pair]
+    if missing and pair is row and not any(columns):
+        return (
+            f"expected a 'translation' object or columns {keys[0]!r} and {keys[1]!r} (name others with "
+            f"source_column / target_column); the row has {sorted(row)}"
+        )
+    if missing:
+        return f"{what} {missing[0]!r} is missing; the row has {sorted(pair)}"
+    wrong = [key for key in keys if not isinstance(pair[key], str)]
+    return f"{what} {wrong[0]!r} is {pair[wrong[0]]!r}, not text" if wrong else None
 
 
 def _select_languages(
@@ -129,11 +149,8 @@ def _read_text_splits(prefixes: dict[str, str], source_lang: str, target_lang: s
         for lang in (source_lang, target_lang):
             path = Path(f"{prefix}.{lang}")
             files[f"{split}.{lang}"] = str(path)
-            if not path.is_file():
-                raise FileNotFoundError(f"No such data file: {path}")
+            check_data_file(path, json_lines=False)
             sides[lang] = path.read_text(encoding="utf-8").splitlines()
-            if not sides[lang]:
-                raise ValueError(f"{path} is empty: no sentences to read.")
         if len(sides[source_lang]) != len(sides[target_lang]):
             raise ValueError(
                 f"{files[f'{split}.{source_lang}']} has {len(sides[source_lang])} lines but "

@@ -75,6 +75,8 @@ def translate(
             max_length=max_source_length,
             return_tensors="pt",
         ).to(device)
+        if "length_penalty" in generate_kwargs:
+            generate_kwargs["length_penalty"] = -abs(generate_kwargs["length_penalty"])
         generated = model.generate(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
         )
@@ -158,7 +160,9 @@ def evaluate_folder(
 ):
     """A saved model folder on a split: :func:`evaluate_split` with the folder's generation config, or
     with ``num_beams`` / ``length_penalty`` in its place (the folder is not changed). Returns both BLEUs
-    and the decoding used, and three samples."""
+    and the decoding used, and three samples. A folder that holds no readable model of this package
+    (another architecture, missing or damaged weights, a tokenizer larger than ``vocab_size``) is refused
+    with the file or field named (``loading.check_model_folder``)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     model = load_saved_model(str(model_dir), AutoModelForSeq2SeqLM).eval()
