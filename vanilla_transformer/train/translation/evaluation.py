@@ -75,8 +75,6 @@ def translate(
             max_length=max_source_length,
             return_tensors="pt",
         ).to(device)
-        if "length_penalty" in generate_kwargs:
-            generate_kwargs["length_penalty"] = -abs(generate_kwargs["length_penalty"])
         generated = model.generate(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
         )
