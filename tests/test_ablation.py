@@ -3,12 +3,17 @@
 import json
 import subprocess
 
+import numpy as np
 import pytest
+import sacrebleu
+from PIL import Image
 from test_config import paper_parameter_count
 from transformers import AutoTokenizer
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.train.translation import ablation
+from vanilla_transformer.train.translation.arguments import load_arguments
+from vanilla_transformer.train.translation.data import prepare_data
 
 TINY_RECIPE = """
 dataset: synthetic
@@ -71,11 +76,14 @@ def test_every_row_is_trained_for_the_same_budget_and_measured_on_dev(table):
     result = json.loads((table / "runs" / "table3.json").read_text())
     rows = {row["name"]: row for row in result["rows"]}
     assert sorted(rows) == ["A1", "B1", "C1", "base"]
+    references = prepare_data(load_arguments(str(table / "tiny.yaml")))["validation"]["target"]
     for row in rows.values():
         assert row["updates"] == 2  # the shared settings' budget, not the recipe's 3
         assert row["dev_perplexity"] > 1.0 and row["dev_sentences"] == 12
-        assert 0.0 <= row["dev_sacrebleu"] <= 100.0
-        assert (table / "runs" / row["name"] / "dev_hypotheses.txt").read_text().count("\n") == 12
+        # The row's BLEU is sacreBLEU's of the translations it wrote, against the dev references.
+        hypotheses = (table / "runs" / row["name"] / "dev_hypotheses.txt").read_text().splitlines()
+        assert len(hypotheses) == 12
+        assert row["dev_sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
     # Every row trains the same tokenizer (same data, same size), so only the architecture differs.
     vocab = len(AutoTokenizer.from_pretrained(table / "runs" / "base" / "model"))
     assert vocab == len(AutoTokenizer.from_pretrained(table / "runs" / "C1" / "model"))
@@ -103,8 +111,30 @@ def test_the_table_is_laid_out_as_the_papers(table):
     row_a = body["A"]
     assert row_a[header.index("h")] == "1" and row_a[header.index("d_k")] == "32"
     assert row_a[header.index("d_model")] == "" and row_a[header.index("N")] == ""  # blank: the base value
-    assert (table / "runs" / "table3.png").stat().st_size > 0
-    assert (table / "runs" / "table3_curves.png").stat().st_size > 0
+    # The pictures: dev BLEU and dev perplexity bars (11 x 4 inches at 120 dpi), each row's bar in its
+    # group's colour, as tall as its value (bars of one width from 0: areas in proportion; the base row's
+    # black also colours the text, so it is left out of the proportion); and each row's validation-loss
+    # curve (8 x 4.5 inches), drawn and named in the legend in the same colour.
+    bars = np.asarray(Image.open(table / "runs" / "table3.png").convert("RGB")).astype(int)
+    curves = np.asarray(Image.open(table / "runs" / "table3_curves.png").convert("RGB")).astype(int)
+    assert bars.shape == (480, 1320, 3) and curves.shape == (540, 960, 3)
+    perplexity_panel = bars[:, 660:]  # BLEU after two updates may be 0: a bar of no height
+    rows = {row["name"]: row for row in json.loads((table / "runs" / "table3.json").read_text())["rows"]}
+    area_per_unit = []
+    for group, colour in GROUP_COLOURS.items():
+        assert _pixels(perplexity_panel, colour) > 10_000, group  # a bar (the text alone: under 3,000)
+        assert _pixels(curves, colour) > 30, group  # a marker and the legend's line
+        if group != "base":
+            area_per_unit.append(_pixels(perplexity_panel, colour) / rows[f"{group}1"]["dev_perplexity"])
+    assert max(area_per_unit) < 1.05 * min(area_per_unit), area_per_unit
+
+
+GROUP_COLOURS = {"base": (0, 0, 0), "A": (31, 119, 180), "B": (23, 190, 207), "C": (44, 160, 44)}
+
+
+def _pixels(picture: np.ndarray, colour: tuple[int, int, int]) -> int:
+    """How many pixels of an (H, W, 3) picture are exactly ``colour`` (give or take 3 per channel)."""
+    return int((np.abs(picture - np.array(colour)).max(-1) <= 3).sum())
 
 
 def test_a_re_run_skips_finished_rows(table, monkeypatch):
@@ -153,13 +183,13 @@ def test_a_bad_override_names_the_row_and_the_key(tmp_path):
 
 
 def test_dev_perplexity_is_the_unsmoothed_per_token_perplexity(table):
-    """A model whose logits are all zero predicts uniformly: perplexity = vocabulary size, whatever the
-    label smoothing the training loss uses (§5.4 smooths the loss, not the metric)."""
+    """The table's perplexity and translations are the saved model's. A model whose logits are all zero
+    predicts uniformly: perplexity = vocabulary size, whatever the label smoothing the training loss uses
+    (§5.4 smooths the loss, not the metric)."""
     import torch
 
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.train.translation.arguments import load_arguments
-    from vanilla_transformer.train.translation.data import prepare_data
+    from vanilla_transformer.train.translation.evaluation import translate
 
     folder = table / "runs" / "base"
     model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()
@@ -167,6 +197,12 @@ def test_dev_perplexity_is_the_unsmoothed_per_token_perplexity(table):
     args = load_arguments(str(table / "tiny.yaml"))
     validation = prepare_data(args)["validation"]
     trained = ablation.dev_perplexity(model, tokenizer, validation, args)
+    row = json.loads((table / "runs" / "table3.json").read_text())["rows"][0]
+    assert row["name"] == "base" and row["dev_perplexity"] == pytest.approx(trained, rel=1e-6)
+    written = (folder / "dev_hypotheses.txt").read_text().splitlines()
+    assert written == translate(
+        model, tokenizer, validation["source"], max_source_length=args.max_source_length
+    )
     model.config.label_smoothing = 0.4
     assert ablation.dev_perplexity(model, tokenizer, validation, args) == pytest.approx(trained, rel=1e-6)
     assert trained < len(tokenizer)  # two updates already beat guessing

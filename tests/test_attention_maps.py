@@ -1,4 +1,5 @@
-"""Attention heat maps: the weights behind the pictures, and the PNGs the command writes."""
+"""Attention heat maps: the weights behind the pictures, and the PNGs the command writes (decoded: their
+size follows the layers, heads and tokens; the heat maps are drawn)."""
 
 import numpy as np
 import pytest
@@ -53,7 +54,8 @@ def test_without_a_target_the_model_attends_over_its_own_translation(tokenizer):
 def test_command_writes_one_png_per_kind_of_attention(
     tokenizer, tmp_path, capsys, model_class, make_config, pictures
 ):
-    model_class(make_config()).save_pretrained(tmp_path / "model")
+    model = model_class(make_config()).eval()
+    model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     main(
         [
@@ -68,8 +70,32 @@ def test_command_writes_one_png_per_kind_of_attention(
     )
     written = sorted(p.name for p in (tmp_path / "maps").iterdir())
     assert written == sorted(f"{kind}_attention.png" for kind in pictures)
-    assert all((tmp_path / "maps" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for name in written)
     assert capsys.readouterr().out.count("Wrote ") == len(pictures)
+    # Each picture is a grid of layers (rows) by heads (columns), each head's square 0.22 inch a token (at
+    # least 1.6), at 100 dpi; the queries and keys are the sentence's tokens and, for the seq2seq model,
+    # its own translation (generate()'s §6.1 beam search, no target given).
+    source = len(tokenizer(SENTENCE)["input_ids"])
+    target = source
+    if model.config.is_encoder_decoder:
+        target = int(
+            (model.generate(**tokenizer(SENTENCE, return_tensors="pt"))[0] != model.config.pad_token_id).sum()
+        )
+    layers, heads = 2, 4
+    tokens = {"encoder": source, "decoder": target, "cross": max(source, target)}
+    for kind in pictures:
+        side = max(1.6, 0.22 * tokens[kind])
+        image = np.asarray(Image.open(tmp_path / "maps" / f"{kind}_attention.png").convert("RGB"))
+        assert image.shape == (round(100 * side * layers), round(100 * side * heads), 3), kind
+        # The heat maps are drawn, one a head: viridis is coloured where the text, ticks and background are
+        # grey, and the coloured pixels stand in `heads` columns and `layers` rows of squares.
+        colourful = image.max(-1) - image.min(-1) > 60  # uint8: max >= min, no wrap-around
+        assert colourful.mean() > 0.05, (kind, colourful.mean())
+        assert (_runs(colourful.any(0)), _runs(colourful.any(1))) == (heads, layers), kind
+
+
+def _runs(flags: np.ndarray) -> int:
+    """How many separate stretches of True a 1-D array holds."""
+    return int(flags[0]) + int(np.count_nonzero(flags[1:] & ~flags[:-1]))
 
 
 def test_empty_sentence_is_refused(tokenizer):

@@ -4,7 +4,8 @@ Each gets a clear answer (empty in, empty out; a warning naming the limit; an er
 import copy
 
 import pytest
-from conftest import tiny_config
+import torch
+from conftest import CORPUS, tiny_config
 from transformers import pipeline
 from transformers.testing_utils import CaptureLogger
 
@@ -53,18 +54,45 @@ def test_empty_string_through_the_pipeline_gives_an_empty_translation(folder):
 
 
 def test_an_over_long_line_is_truncated_with_a_warning_that_names_the_limit(folder, tmp_path, tokenizer):
-    long_line = " ".join(["wonderful film"] * 80)  # far beyond the tokenizer's model_max_length of 64
+    long_line = " ".join(CORPUS[:4] * 6)  # 157 tokens: far beyond the tokenizer's model_max_length of 64
     with CaptureLogger(evaluation.logger) as captured:
         out = _translate(folder, [long_line, "great acting"], tmp_path)
     assert len(out) == 2
     assert "max_source_length=64" in captured.out and "1 of 2 sentences" in captured.out
+    # The over-long line's translation is that of its first 63 tokens (+ </s>), given as a line of its own;
+    # its last 63 tokens translate otherwise (the untrained model's output follows its input).
+    head, tail = _translate(
+        folder, [_prefix(tokenizer, long_line, 64), _suffix(tokenizer, long_line, 64)], tmp_path
+    )
+    assert out[0] == head != tail
 
     config = tiny_config(max_position_embeddings=32)
     model = VanillaTransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():  # weights large enough that the output follows the input (at init it says "film")
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
     translate = pipeline("vanilla-translation", model=model, tokenizer=copy.deepcopy(tokenizer))
     with CaptureLogger(pipeline_logger) as captured:
-        translate(long_line, num_beams=1, max_new_tokens=2)
+        truncated = translate(long_line, num_beams=1, max_new_tokens=2)
     assert "max_position_embeddings=32" in captured.out
+    with CaptureLogger(pipeline_logger) as captured:
+        assert truncated == translate(_prefix(tokenizer, long_line, 32), num_beams=1, max_new_tokens=2)
+    assert captured.out == ""  # the prefix fits: nothing cut, nothing said
+    assert truncated != translate(_suffix(tokenizer, long_line, 32), num_beams=1, max_new_tokens=2)
+
+
+def _prefix(tokenizer, text: str, tokens: int) -> str:
+    """The text of ``text``'s first ``tokens - 1`` tokens, which the tokenizer encodes back to exactly those
+    tokens and </s>: the part of ``text`` a model reading ``tokens`` positions sees."""
+    ids = tokenizer(text)["input_ids"][: tokens - 1]
+    prefix = tokenizer.decode(ids)
+    assert tokenizer(prefix)["input_ids"] == [*ids, tokenizer.eos_token_id]
+    return prefix
+
+
+def _suffix(tokenizer, text: str, tokens: int) -> str:
+    """The text of ``text``'s last ``tokens - 1`` tokens (before its </s>)."""
+    return tokenizer.decode(tokenizer(text)["input_ids"][-tokens:-1])
 
 
 def test_damaged_weights_name_the_file(folder, tmp_path):

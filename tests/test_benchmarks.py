@@ -1,6 +1,7 @@
 """The benchmark suite measures what it says: its FLOP count is PyTorch's, its systems train and agree."""
 
 import json
+import time
 
 import pytest
 import torch
@@ -36,14 +37,35 @@ def test_same_dimensions_give_the_same_parameter_count_up_to_known_extras():
     assert torch_nn - ours == 2 * 2 * preset["d_model"]
 
 
-def test_measure_prints_one_json_record(capsys):
+def test_measure_prints_one_json_record_of_the_timed_step(capsys, monkeypatch):
+    """The record's figures are the timed update's: its seconds (timed here too, around the same call), the
+    tokens it trained on (source + target, counted here from its arguments) per second, and the preset's
+    training FLOPs per second."""
+    calls = []
+    train_step = Ours.train_step
+
+    def timed_here(system, source, decoder_input, labels):
+        start = time.perf_counter()
+        loss = train_step(system, source, decoder_input, labels)
+        calls.append((time.perf_counter() - start, source.numel() + labels.numel()))
+        return loss
+
+    monkeypatch.setattr(Ours, "train_step", timed_here)
     measure_main(
         ["--system", "ours", "--preset", "small", "--measure", "train", "--threads", "1", "--repeats", "1"]
     )
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert record["system"] == "ours" and record["threads"] == 1
-    assert record["train_tokens_per_s"] > 0 and record["peak_rss_mb"] > 0
-    assert record["parameters"] == 7_577_600
+    assert record["parameters"] == 7_577_600 and record["peak_rss_mb"] > 0
+    assert len(calls) == 4  # three warm-up updates, then the one timed (--repeats 1)
+    seconds, tokens = calls[-1]
+    assert tokens == TRAIN_BATCH * (SOURCE_LENGTH + TARGET_LENGTH)
+    # The measure's clock wraps the same call (and a list append): at least as long, hardly longer.
+    assert seconds <= record["train_step_s"] <= 1.05 * seconds + 1e-3
+    assert record["train_tokens_per_s"] == pytest.approx(tokens / record["train_step_s"], rel=1e-9)
+    assert record["train_gflops"] == pytest.approx(
+        training_flops(PRESETS["small"]) / record["train_step_s"] / 1e9
+    )
 
 
 def test_ratios_are_medians_of_same_round_ratios_so_drift_cancels():

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, DataCollatorForLanguageModeling, TrainerCallback, pipeline
 
@@ -170,7 +171,7 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     recorded = json.loads((Path(args.run_dir) / "results.json").read_text())["mixed_precision"]
     assert recorded["setting"] == "no" and recorded["used"] == "no" and recorded["hardware"]
     folder = Path(args.run_dir) / "model"
-    assert (folder / "confusion_matrix.png").stat().st_size > 1000
+    assert_draws_confusion_matrix(folder / "confusion_matrix.png", results["test"]["confusion_matrix"])
     model = VanillaTransformerForSequenceClassification.from_pretrained(folder)
     assert model.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}  # labels round-trip through save/load
     card = ModelCard.load(folder / "README.md")
@@ -199,6 +200,25 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     assert results["test"]["accuracy"] == pytest.approx(
         np.mean([a == b for a, b in zip(predicted, truth, strict=True)])
     )
+
+
+def assert_draws_confusion_matrix(path: Path, confusion: list[list[int]]) -> None:
+    """The PNG (4.5 x 4 inches at 120 dpi) draws ``confusion``: true labels down, predicted across, each
+    cell in matplotlib's Blues at its count's place between the smallest and the largest count."""
+    import matplotlib
+
+    picture = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    assert picture.shape == (480, 540, 3)
+    counts = np.asarray(confusion, dtype=float)
+    span = max(counts.max() - counts.min(), 1.0)
+    colours = np.array(matplotlib.colormaps["Blues"]((counts - counts.min()) / span))[..., :3] * 255
+    matches = [np.abs(picture - colour).max(-1) <= 6 for colour in colours.reshape(-1, 3)]
+    rows, columns = np.nonzero(np.any(matches, axis=0))  # the matrix's box: pixels of its cells' colours
+    top, left = rows.min(), columns.min()
+    height, width = (rows.max() - top + 1) / len(counts), (columns.max() - left + 1) / len(counts)
+    for row, column in np.ndindex(counts.shape):
+        y, x = int(top + (row + 0.5) * height), int(left + (column + 0.8) * width)  # beside the number
+        np.testing.assert_allclose(picture[y, x], colours[row, column], atol=6, err_msg=f"cell {row, column}")
 
 
 @pytest.mark.parametrize(
@@ -394,19 +414,19 @@ def test_bad_input_is_named(tmp_path):
     broken = tmp_path / "broken.jsonl.gz"
     with gzip.open(broken, "wt") as handle:
         handle.write(json.dumps({"review": "no text column", "label": 1}) + "\n")
-    with pytest.raises(ValueError, match=r"broken.jsonl.gz: column 'text' is missing"):
+    with pytest.raises(ValueError, match=r"broken.jsonl.gz line 1: column 'text' is missing"):
         train_classifier(*arguments(tmp_path, train_file=str(broken)))
     empty = tmp_path / "empty.jsonl.gz"
     with gzip.open(empty, "wt") as handle:
         handle.write(
             json.dumps({"text": "fine", "label": 1}) + "\n" + json.dumps({"text": "  ", "label": 0}) + "\n"
         )
-    with pytest.raises(ValueError, match=r"empty.jsonl.gz: row 1 has an empty 'text'"):
+    with pytest.raises(ValueError, match=r"empty.jsonl.gz line 2: 'text' is empty"):
         train_classifier(*arguments(tmp_path, train_file=str(empty)))
     nolabel = tmp_path / "nolabel.jsonl.gz"
     with gzip.open(nolabel, "wt") as handle:
         handle.write(json.dumps({"text": "fine"}) + "\n")
-    with pytest.raises(ValueError, match=r"nolabel.jsonl.gz: column 'label' is missing"):
+    with pytest.raises(ValueError, match=r"nolabel.jsonl.gz line 1: column 'label' is missing"):
         train_classifier(*arguments(tmp_path, train_file=str(nolabel)))
     with pytest.raises(
         ValueError, match=r"Unknown setting\(s\) in --set: learning_rat\. Known settings: .*learning_rate"

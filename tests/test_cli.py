@@ -278,8 +278,10 @@ def test_the_modules_usage_lines_name_only_commands_and_options_the_parser_has()
 
 
 def test_translate_takes_a_length_penalty_as_evaluate_does(trained, tmp_path):
-    """`translate --beams 2 --length-penalty A` gives what generate() gives with that alpha: a long-favouring
-    alpha differs from a short-favouring one on some sentence, and each equals generate()'s own."""
+    """`translate --beams 2 --length-penalty A` writes, line for line, what `evaluation.translate` (the
+    function `evaluate` translates with: generate() in length-sorted batches) gives with num_beams=2 and
+    length_penalty=A, for A = 0.0 and 3.0; the two differ on some sentence, and where they differ the
+    long-favouring alpha's translation has at least as many tokens."""
     from vanilla_transformer.train.translation.evaluation import translate
 
     sources = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["test"]["source"]
@@ -296,3 +298,7 @@ def test_translate_takes_a_length_penalty_as_evaluate_does(trained, tmp_path):
             model, tokenizer, sources, num_beams=2, length_penalty=float(alpha)
         )
     assert outputs["0.0"] != outputs["3.0"]
+    # Both alphas pick among the same finished beams (the beams run on raw log-probabilities and stop at
+    # the same step); dividing the negative score by length**3 can only favour a longer one.
+    for short, long in zip(outputs["0.0"], outputs["3.0"], strict=True):
+        assert len(tokenizer(long)["input_ids"]) >= len(tokenizer(short)["input_ids"]), (short, long)

@@ -1,10 +1,12 @@
-"""CTranslate2 export: the engine reproduces generate()'s greedy tokens on a trained model, scores targets
-as PyTorch does for every architecture variant it can express, and refuses what it cannot."""
+"""CTranslate2 export: the engine reproduces generate()'s greedy and beam-search tokens on a trained model,
+keeps nine in ten of its translations when quantized to int8, scores targets as PyTorch does for every
+architecture variant it can express, and refuses what it cannot."""
 
 import json
 import random
 import sys
 
+import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
@@ -86,24 +88,31 @@ SENTENCES = [
     "one",
     "fast big red",
 ]
+# Held-out sentences of the task (another seed than training's) for the measured agreements.
+HELD_OUT = [source for source, _ in reversal_pairs(300, seed=7)]
 
 
-def generate_ids(model, tokenizer, sentences: list[str]) -> list[list[int]]:
-    """Greedy ids from generate() on one padded batch, without the start token, </s> and padding."""
+def generate_ids(model, tokenizer, sentences: list[str], num_beams: int = 1) -> list[list[int]]:
+    """generate()'s ids (greedy unless ``num_beams`` says otherwise; the model's length penalty) on one
+    padded batch, without the start token, </s> and padding."""
     batch = tokenizer(sentences, padding=True, return_tensors="pt")
-    output = model.generate(**batch, num_beams=1, do_sample=False)
+    output = model.generate(**batch, num_beams=num_beams, do_sample=False)
     rows = []
     for row in output[:, 1:].tolist():
         rows.append(row[: row.index(tokenizer.eos_token_id)] if tokenizer.eos_token_id in row else row)
     return rows
 
 
-def ctranslate2_ids(folder, tokenizer, sentences: list[str]) -> list[list[int]]:
+def ctranslate2_ids(folder, tokenizer, sentences: list[str], beam_size: int = 1) -> list[list[int]]:
     translator = ctranslate2.Translator(str(folder), device="cpu")
     sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(sentences)["input_ids"]]
     longest = max(len(tokens) for tokens in sources)  # generate()'s bound: source length + 50 (§6.1)
     results = translator.translate_batch(
-        sources, beam_size=1, min_decoding_length=0, max_decoding_length=longest + 50
+        sources,
+        beam_size=beam_size,
+        length_penalty=0.6,
+        min_decoding_length=0,
+        max_decoding_length=longest + 50,
     )
     return [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
 
@@ -129,9 +138,22 @@ def test_translate_ctranslate2_gives_translate_text(exported, reference):
     model, tokenizer = reference
     expected = translate(model, tokenizer, SENTENCES, batch_size=4, num_beams=1)
     assert translate_ctranslate2(exported, SENTENCES, beam_size=1, batch_size=4) == expected
-    beam = translate_ctranslate2(exported, SENTENCES)  # §6.1 defaults: beam 4, alpha 0.6
-    assert len(beam) == len(SENTENCES) and all(isinstance(text, str) for text in beam)
+    # §6.1's defaults (beam 4, alpha 0.6) give generate()'s own beam search, text for text on 306 sentences
+    # (on some of which beam search and greedy decoding differ, so the beam is really searched), although
+    # CTranslate2 leaves </s> out of the length it penalises: on these, 8 of the 300 change with alpha 0
+    # and 1 with alpha 1.
+    sentences = SENTENCES + HELD_OUT
+    beam = translate(model, tokenizer, sentences, batch_size=64)
+    assert beam != translate(model, tokenizer, sentences, batch_size=64, num_beams=1)
+    assert translate_ctranslate2(exported, sentences) == beam
     assert translate_ctranslate2(exported, []) == []
+
+
+def test_beam_tokens_match_generate_sentence_by_sentence(exported, reference):
+    model, tokenizer = reference
+    expected = [generate_ids(model, tokenizer, [sentence], num_beams=4)[0] for sentence in SENTENCES]
+    assert expected != [generate_ids(model, tokenizer, [sentence])[0] for sentence in SENTENCES]
+    assert [ctranslate2_ids(exported, tokenizer, [sentence], 4)[0] for sentence in SENTENCES] == expected
 
 
 def test_exported_folder_carries_vocabulary_start_token_and_tokenizer(exported, reference):
@@ -149,12 +171,19 @@ def test_exported_folder_carries_vocabulary_start_token_and_tokenizer(exported, 
     assert json.loads((exported / "generation_config.json").read_text())["num_beams"] == 4
 
 
-def test_int8_export_translates(trained_folder, exported, tmp_path):
+def test_int8_export_translates_as_float32_does_on_nine_sentences_in_ten(trained_folder, exported, tmp_path):
+    """int8 weights change a few near-tied choices: on these 300 held-out sentences 96.7 % (greedy) and
+    97 % (beam 4) of the translations equal float32's, and as many are right. 90 % leaves room for other
+    CPUs' int8 kernels; weights quantized with wrong scales get almost none right."""
     folder = export_ctranslate2(trained_folder, tmp_path / "int8", quantization="int8")
     assert (folder / "model.bin").stat().st_size < (exported / "model.bin").stat().st_size
-    translations = translate_ctranslate2(folder, SENTENCES, beam_size=1)
-    float32 = translate_ctranslate2(exported, SENTENCES, beam_size=1)
-    assert sum(a == b for a, b in zip(translations, float32, strict=True)) >= len(SENTENCES) // 2
+    targets = [target for _, target in reversal_pairs(300, seed=7)]
+    for beam_size in (1, 4):
+        int8 = translate_ctranslate2(folder, HELD_OUT, beam_size=beam_size)
+        float32 = translate_ctranslate2(exported, HELD_OUT, beam_size=beam_size)
+        assert np.mean([a == b for a, b in zip(int8, float32, strict=True)]) >= 0.9, beam_size
+        right = [np.mean([a == b for a, b in zip(out, targets, strict=True)]) for out in (int8, float32)]
+        assert right[1] > 0.5 and right[0] >= right[1] - 0.05, right  # as many right as float32
 
 
 # -- every setting CTranslate2 can express, checked on the log-probabilities of given targets ----------
@@ -256,7 +285,8 @@ def test_cli_exports_and_translates_with_each_engine(trained_folder, reference, 
 
     model, tokenizer = reference
     source = tmp_path / "source.txt"
-    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    sentences = SENTENCES + HELD_OUT
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     main(
         [
             "export-ct2",
@@ -278,10 +308,13 @@ def test_cli_exports_and_translates_with_each_engine(trained_folder, reference, 
         output = tmp_path / f"{name}.txt"
         main(["translate", "--input", str(source), "--output", str(output), "--beams", "1", *extra])
         outputs[name] = output.read_text(encoding="utf-8").splitlines()
-    assert outputs["pytorch"] == translate(model, tokenizer, SENTENCES, batch_size=4, num_beams=1)
+    assert outputs["pytorch"] == translate(model, tokenizer, sentences, batch_size=4, num_beams=1)
     assert outputs["ctranslate2"] == outputs["pytorch"]
-    for approximate in ("int8", "bf16"):  # a trained model keeps most of its greedy output
-        same = sum(a == b for a, b in zip(outputs[approximate], outputs["pytorch"], strict=True))
-        assert same >= len(SENTENCES) - 2, (approximate, outputs[approximate])
+    # A trained model keeps most of its greedy output: on these 306 lines int8 keeps 97 % (its activation
+    # scales follow each batch, so other batchings measured 95.7 %) and bf16 98.7 %; 90 % leaves room for
+    # other CPUs' kernels, while a broken conversion keeps almost none.
+    for approximate in ("int8", "bf16"):
+        same = np.mean([a == b for a, b in zip(outputs[approximate], outputs["pytorch"], strict=True)])
+        assert same >= 0.9, (approximate, same)
     with pytest.raises(SystemExit, match="exists"):  # an existing export is kept unless --force
         main(["export-ct2", "--model", str(trained_folder), "--output", str(tmp_path / "ct2")])

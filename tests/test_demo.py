@@ -10,11 +10,13 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import CORPUS, encoder_only_config, run_without_the_package, tiny_config
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, RepoUrl
 from packaging.requirements import Requirement
+from PIL import Image
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -28,9 +30,11 @@ from vanilla_transformer import (
 from vanilla_transformer.cli import build_parser, cmd_demo, main
 from vanilla_transformer.demo import launch, load_for_demo, translate
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+# Found on PATH, as .ci/run looks for them (`command -v`) before installing Debian's packages.
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 SENTENCES = CORPUS[:4]  # English: the tiny model learns to copy them
 IMAGES = ["vt-encoder-attention", "vt-decoder-attention", "vt-cross-attention"]
+VIRIDIS_TOP = (253, 231, 37)  # matplotlib's viridis at 1.0, the top of every picture's colour bar
 
 
 @pytest.fixture(scope="module")
@@ -78,17 +82,22 @@ def serve(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.is_file()]
+    missing = [
+        name for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if path is None
+    ]
     if missing:
-        pytest.skip(
-            f"No headless browser: {' and '.join(missing)} missing (apt-get install chromium chromium-driver, "
-            "as .ci/run does)."
+        reason = (
+            f"No headless browser: {' and '.join(missing)} not on PATH (apt-get install chromium "
+            "chromium-driver, as .ci/run does)."
         )
+        if os.environ.get("CI", "").lower() == "true":  # CI installs them: missing there is a failure
+            pytest.fail(reason)
+        pytest.skip(reason)
     options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
+    options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1300"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield driver
     driver.quit()
 
@@ -140,8 +149,13 @@ def test_translation_page_translates_and_draws_the_three_attention_maps(
     assert _output(browser) == expected
     _wait(browser, lambda: all(_image(browser, name) for name in IMAGES))
     pictures = {name: _image(browser, name) for name in IMAGES}
-    for picture in pictures.values():
-        assert picture["width"] >= 300 and picture["height"] >= 300, pictures
+    # Each picture is one head's square, 0.3 inch a token + 1.2 (3.2 to 9 inches) at 100 dpi: the source's
+    # tokens, the decoder's input (<s> + the translation, its </s> dropped), and the larger for the cross.
+    source = len(tokenizer(sentence)["input_ids"])
+    target = len(tokenizer(text_target=expected)["input_ids"])
+    for name, tokens in zip(IMAGES, (source, target, max(source, target)), strict=True):
+        side = round(100 * min(9.0, max(3.2, 0.3 * tokens + 1.2)))
+        assert (pictures[name]["width"], pictures[name]["height"]) == (side, side), pictures
 
     # Another head: the cross-attention picture is redrawn (a different image), without re-translating.
     head = browser.find_element(By.CSS_SELECTOR, "#vt-head input[type=number]")
@@ -153,7 +167,18 @@ def test_translation_page_translates_and_draws_the_three_attention_maps(
     )
     assert _output(browser) == expected
     browser.save_screenshot(str(tmp_path / "translation_page.png"))
-    assert (tmp_path / "translation_page.png").stat().st_size > 10_000
+    # The screenshot is the window's page: its size, and each heat map where the page shows it, the colour
+    # bar's top (viridis at 1.0) inside the picture's box.
+    screen = np.asarray(Image.open(tmp_path / "translation_page.png").convert("RGB")).astype(int)
+    width, height, scale = browser.execute_script(
+        "return [window.innerWidth, window.innerHeight, window.devicePixelRatio]"
+    )
+    assert screen.shape == (round(height * scale), round(width * scale), 3)
+    for name in IMAGES:
+        box = browser.find_element(By.CSS_SELECTOR, f"#{name} img").rect
+        top, left = round(box["y"] * scale), round(box["x"] * scale)
+        shown = screen[top : top + round(box["height"] * scale), left : left + round(box["width"] * scale)]
+        assert shown.size and (np.abs(shown - VIRIDIS_TOP).max(-1) <= 12).sum() > 20, name
 
 
 def test_bad_input_gets_a_message_on_the_page_and_the_server_keeps_serving(

@@ -1,4 +1,4 @@
-"""Properties of the four model classes on a tiny config: the behaviour users rely on."""
+"""Properties of the five model classes on a tiny config: the behaviour users rely on."""
 
 import pytest
 import torch

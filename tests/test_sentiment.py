@@ -4,14 +4,15 @@ pre-training without a tied-weight warning, Korean data, and ELECTRA pre-trainin
 
 import gzip
 import json
+import logging
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 from transformers import AutoTokenizer, pipeline
-from transformers.testing_utils import CaptureLogger
 from transformers.utils import logging as transformers_logging
 
 from vanilla_transformer import VanillaTransformerForMaskedLM
@@ -282,10 +283,21 @@ def test_training_with_windows_validates_per_review_and_saves_the_reading(tmp_pa
 # -- 3. resuming masked-LM pre-training: the tied head is no "missing key" ------------------------------
 
 
+class RecordLogs(logging.Handler):
+    """Every record a logger (and its children) emits: (logger name, level, message)."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append((record.name, record.levelno, record.getMessage()))
+
+
 def test_resuming_masked_lm_pretraining_warns_of_no_missing_tied_weight(tmp_path):
     """The masked-LM head is tied to the embeddings (§3.4) and not saved. Resuming `classify pretrain`
-    from its checkpoint (transformers.Trainer) says nothing about a missing `lm_head.weight`, and the tie
-    holds in the resumed and in the saved model."""
+    from its checkpoint (transformers.Trainer) logs that it loads the checkpoint and no warning at all (none
+    about a missing `lm_head.weight`), and the tie holds in the resumed and in the saved model."""
     rows = long_reviews(40, seed=3, words=12)
     values = dict(
         train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", rows)),
@@ -296,16 +308,18 @@ def test_resuming_masked_lm_pretraining_warns_of_no_missing_tied_weight(tmp_path
     )
     pretrain(*arguments(tmp_path, "pretrain", session_minutes=0, **values))  # stops after step 1, saved
     assert (tmp_path / "trainer" / "checkpoint-1").is_dir()
-    logger = transformers_logging.get_logger("transformers")
+    logger, records = transformers_logging.get_logger("transformers"), RecordLogs()
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_info()
+    logger.addHandler(records)
     try:
-        with CaptureLogger(logger) as captured:
-            folder = pretrain(*arguments(tmp_path, "pretrain", **values))
+        folder = pretrain(*arguments(tmp_path, "pretrain", **values))
     finally:
+        logger.removeHandler(records)
         transformers_logging.set_verbosity(verbosity)
-    assert f"Loading model from {tmp_path / 'trainer' / 'checkpoint-1'}" in captured.out  # it resumed
-    assert "missing keys" not in captured.out.lower(), captured.out
+    loading = f"Loading model from {tmp_path / 'trainer' / 'checkpoint-1'}."  # it resumed
+    assert ("transformers.trainer", logging.INFO, loading) in records.messages
+    assert [entry for entry in records.messages if entry[1] >= logging.WARNING] == []
     mlm, info = VanillaTransformerForMaskedLM.from_pretrained(folder, output_loading_info=True)
     assert info["missing_keys"] == set() and info["unexpected_keys"] == set()
     assert mlm.lm_head.weight is mlm.model.encoder.embed_tokens.weight
@@ -701,7 +715,14 @@ def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
     plots.main(
         ["--run", f"mlm={tmp_path / 'mlm'}", "--run", f"electra={args.run_dir}", "--output", str(output)]
     )
-    assert output.stat().st_size > 10_000
+    # Two panels, 11 x 4 inches at 120 dpi. Left, the masked-LM losses: the MLM run in matplotlib's first
+    # colour, ELECTRA's generator in its second; right, the discriminator's loss (and its base rate) in the
+    # first colour of that panel.
+    picture = np.asarray(Image.open(output).convert("RGB")).astype(int)
+    assert picture.shape == (480, 1320, 3)
+    left, right = picture[:, :660], picture[:, 660:]
+    assert _pixels(left, FIRST_COLOUR) > 50 and _pixels(left, SECOND_COLOUR) > 200
+    assert _pixels(right, FIRST_COLOUR) > 200 and _pixels(right, SECOND_COLOUR) == 0
     # The reference line: the entropy of the token frequencies, special tokens left out.
     tokenizer = AutoTokenizer.from_pretrained(Path(args.run_dir) / "tokenizer")
     texts = ["good good good film", "bad film"]
@@ -715,4 +736,18 @@ def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
         ["--run", f"mlm={tmp_path / 'mlm'}", "--output", str(with_line)]
         + ["--unigram-tokenizer", str(Path(args.run_dir) / "tokenizer"), "--unigram-texts", str(reviews)]
     )
-    assert with_line.stat().st_size > 10_000
+    # One MLM run: its curve on the left, an empty discriminator panel, and the grey dashed unigram line
+    # across the left panel (more grey in one row than the text's anti-aliasing ever makes: under 60).
+    picture = np.asarray(Image.open(with_line).convert("RGB")).astype(int)
+    left, right = picture[:, :660], picture[:, 660:]
+    assert _pixels(left, FIRST_COLOUR) > 50 and _pixels(picture, SECOND_COLOUR) == 0
+    assert _pixels(right, FIRST_COLOUR) == 0
+    assert (np.abs(left - 128).max(-1) <= 12).sum(1).max() > 150
+
+
+FIRST_COLOUR, SECOND_COLOUR = (31, 119, 180), (255, 127, 14)  # matplotlib's tab:blue and tab:orange
+
+
+def _pixels(picture: np.ndarray, colour: tuple[int, int, int]) -> int:
+    """How many pixels of an (H, W, 3) picture are ``colour`` (within anti-aliasing's 12 per channel)."""
+    return int((np.abs(picture - np.array(colour)).max(-1) <= 12).sum())

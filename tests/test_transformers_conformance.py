@@ -1,4 +1,4 @@
-"""transformers' own common model tests (``ModelTesterMixin``), run on all four classes the way
+"""transformers' own common model tests (``ModelTesterMixin``), run on all five classes the way
 transformers tests Marian or BART: a tiny tester config, ``prepare_config_and_inputs_for_common``.
 
 The mixin ships in transformers' source distribution, which ``tests/conformance/transformers_tests.py``
