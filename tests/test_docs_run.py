@@ -50,7 +50,7 @@ RUN = {
 # Not run here: {pattern a line matches: why}.
 NOT_RUN = {
     r"^pip install": "an installer (CI's fresh install runs the README's set-up line)",
-    r"^OMP_NUM_THREADS=1 python3 -m pytest -q$": "the test suite itself",
+    r"^OMP_NUM_THREADS=1 python3 -m pytest -q -n 2$": "the test suite itself",
     r"^hf auth login$": "interactive, and the Hub is not reachable here",
     r"vanilla-transformer train( |$)": "trains for minutes to an hour (the quick-start job's 800 updates, the Multi30k recipes)",
     r"vanilla-transformer classify (train|pretrain) ": "trains on IMDB for 25 minutes to 2 hours",
