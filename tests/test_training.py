@@ -409,22 +409,28 @@ def test_a_recipe_sets_the_trainers_switches_by_their_transformers_names(tmp_pat
 
 
 def test_the_progress_bar_counts_minutes_where_a_minutes_budget_ends_the_run(tmp_path, capsys):
-    """A run that ``run_minutes`` ends (its max_steps only a bound) shows minutes of that budget, with the
-    update count beside them; a run that max_steps ends counts updates."""
+    """A run that ``run_minutes`` or ``session_minutes`` ends (its max_steps only a bound) shows minutes of
+    the budget that ends first, with the update count beside them; a run that max_steps ends counts updates."""
     from vanilla_transformer.train.common.budget import TrainingProgress
 
-    by_minutes = TrainingProgress(10**9, 0, run_minutes=2, minutes=0.0, disable=False)
+    by_minutes = TrainingProgress(10**9, 0, budget_minutes=2, minutes=0.0, disable=False)
     by_minutes.advance(5, 0.5)
     by_minutes.set_postfix(loss="1.0")
     assert (by_minutes.bar.n, by_minutes.bar.total) == (0.5, 2.0)
     assert "update=5" in by_minutes.bar.postfix and "loss=1.0" in by_minutes.bar.postfix
     by_minutes.close()
-    by_steps = TrainingProgress(800, 10, run_minutes=None, minutes=3.0, disable=False)
+    by_steps = TrainingProgress(800, 10, budget_minutes=None, minutes=3.0, disable=False)
     by_steps.advance(12, 3.1)
     assert (by_steps.bar.n, by_steps.bar.total) == (12, 800)
     by_steps.close()
     run(tmp_path, "budgeted", max_steps=3, run_minutes=1)
     assert "/1.0 min" in capsys.readouterr().err
+    # A session budget (this invocation's minutes) that ends before the run's: the bar counts the session's.
+    run(tmp_path, "session", max_steps=3, run_minutes=10, session_minutes=0.5)
+    shown = capsys.readouterr().err
+    assert "/0.5 min" in shown and "/10.0 min" not in shown and "/3 [" not in shown
+    run(tmp_path, "session-only", max_steps=3, session_minutes=2)
+    assert "/2.0 min" in capsys.readouterr().err
 
 
 def test_keeps_only_the_last_k_checkpoints(tmp_path):

@@ -18,7 +18,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
-from ..common.budget import TrainingClock, TrainingProgressCallback, budget_schedule
+from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, budget_schedule
 from ..common.precision_record import describe_precision
 from . import setup as stage
 from .arguments import ClassificationArguments
@@ -116,17 +116,19 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
         model = VanillaTransformerForMaskedLM(stage.model_config(args, tokenizer, sparse_prediction=True))
         collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
     clock = TrainingClock.resuming(args.run_minutes, checkpoint)
+    budgets = stage.budget_callbacks(args)  # this invocation's TimeBudget, where session_minutes sets one
     trainer = PretrainingTrainer(
         model=model,
         args=training,
         train_dataset=corpus,
         eval_dataset=pretraining_dataset(held_out, tokenizer, args) if evaluate else None,
         data_collator=collator,
-        callbacks=[*stage.budget_callbacks(args), clock],
+        callbacks=[*budgets, clock],
     )
-    if args.run_minutes is not None and not training.disable_tqdm:  # the bar counts the run's minutes
+    session = next((budget for budget in budgets if isinstance(budget, TimeBudget)), None)
+    if (args.run_minutes is not None or session) and not training.disable_tqdm:  # the bar counts minutes
         trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(TrainingProgressCallback(clock))
+        trainer.add_callback(TrainingProgressCallback(clock, session))
     trainer.train(resume_from_checkpoint=checkpoint)
     # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
     log = {"objective": args.objective, "log_history": trainer.state.log_history}

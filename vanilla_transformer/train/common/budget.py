@@ -96,11 +96,16 @@ class TrainingClock(TrainerCallback, ExportableState):
 
 class TrainingProgress:
     """The progress bar of a run: it counts updates towards ``max_steps``, or, for a run whose end is a
-    minutes budget (``run_minutes``), minutes towards that budget, with the updates done beside them."""
+    minutes budget (``run_minutes`` or ``session_minutes``), minutes towards that budget, with the updates
+    done beside them."""
 
-    def __init__(self, max_steps: int, step: int, run_minutes: float | None, minutes: float, disable: bool):
-        self.in_minutes = run_minutes is not None
-        total, initial = (round(run_minutes, 1), round(minutes, 1)) if self.in_minutes else (max_steps, step)
+    def __init__(
+        self, max_steps: int, step: int, budget_minutes: float | None, minutes: float, disable: bool
+    ):
+        self.in_minutes = budget_minutes is not None
+        total, initial = (
+            (round(budget_minutes, 1), round(minutes, 1)) if self.in_minutes else (max_steps, step)
+        )
         self.bar = tqdm(
             total=total,
             initial=min(initial, total),
@@ -132,24 +137,37 @@ class TrainingProgress:
 
 
 class TrainingProgressCallback(ProgressCallback):
-    """The Trainer's progress bar as ``TrainingProgress`` draws it: in minutes of the run's budget where a
-    ``TrainingClock`` budget ends the run (its ``max_steps`` is only a bound), else in updates; the last
-    logged loss, rate and throughput beside it instead of a printed line per log."""
+    """The Trainer's progress bar as ``TrainingProgress`` draws it: in minutes where a time budget ends the
+    run (then ``max_steps`` is only a bound): the run's (``TrainingClock``), or this invocation's
+    (``TimeBudget``, ``session_minutes``) where that one ends first; else in updates. The last logged loss,
+    rate and throughput stand beside it instead of a printed line per log."""
 
-    def __init__(self, clock: TrainingClock):
+    def __init__(self, clock: TrainingClock, session: TimeBudget | None = None):
         super().__init__()
-        self.clock = clock
+        self.clock, self.session = clock, session
         self.progress = None
+        self.counts_session = False
+
+    def _minutes_done(self) -> float:
+        if self.counts_session:
+            return (time.monotonic() - self.session.start) / 60
+        return self.clock.elapsed_seconds / 60
 
     def on_train_begin(self, args, state, control, **kwargs):
-        minutes = self.clock.elapsed_seconds / 60
+        run_left = None
+        if self.clock.budget_minutes is not None:
+            run_left = self.clock.budget_minutes - self.clock.elapsed_seconds / 60
+        self.counts_session = self.session is not None and (
+            run_left is None or self.session.minutes < run_left
+        )
+        budget = self.session.minutes if self.counts_session else self.clock.budget_minutes
         disable = not state.is_world_process_zero or args.disable_tqdm
         self.progress = TrainingProgress(
-            state.max_steps, state.global_step, self.clock.budget_minutes, minutes, disable
+            state.max_steps, state.global_step, budget, self._minutes_done(), disable
         )
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.progress.advance(state.global_step, self.clock.elapsed_seconds / 60)
+        self.progress.advance(state.global_step, self._minutes_done())
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         shown = {"loss": "{:.3f}", "learning_rate": "{:.2e}", "tokens_per_second": "{:,.0f}"}

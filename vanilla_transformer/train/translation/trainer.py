@@ -146,7 +146,7 @@ def train(args: TranslationTrainingArguments) -> dict:
     trainer.add_callback(RunEnd(clock, has_validation="validation" in encoded))
     trainer.add_callback(TrainLog(Path(args.output_dir) / "train_log.jsonl"))
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(TrainingProgressCallback(clock))
+    trainer.add_callback(TrainingProgressCallback(clock, session))
     describe_run(trainer, len(splits["train"]), precision)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     if session is not None and session.ended and not run_over(args, trainer.state, clock):
