@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -86,13 +85,6 @@ def measure(model: Path, source: Path, output: Path) -> dict:
     return {"seconds": seconds, "peak_rss_mib": peak_kib / 1024, "lines_written": written}  # KiB on Linux
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", help="A saved translation model folder (default: an untrained tiny one).")
@@ -100,9 +92,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=4, help="The tiny model's output bound.")
     options = parser.parse_args(argv)
 
+    from vanilla_transformer.model_card import hardware
     from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
-    sentences = [pair["en"] for pair in synthetic_pairs(max(options.lines), seed=0)]
+    sentences = [
+        pair["en"] for pair in synthetic_pairs(max(*options.lines, 5000), seed=0)
+    ]  # 5,000: the tokenizer's
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)
         model = (
@@ -110,9 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             if options.model
             else tiny_model(folder / "model", sentences, options.max_new_tokens)
         )
-        print(
-            f"CPU: {cpu_name()}; model: {options.model or 'untrained tiny (width 64, 2 + 2 layers), greedy'}"
-        )
+        print(f"{hardware()}; model: {options.model or 'untrained tiny (width 64, 2 + 2 layers), greedy'}")
         print("| lines | input (MiB) | seconds | peak RSS (MiB) |\n| ---: | ---: | ---: | ---: |")
         for count in options.lines:
             source = folder / f"in-{count}.txt"

@@ -44,14 +44,17 @@ def _row_problem(row: dict, args: ClassificationArguments, labelled: bool = True
 
 
 def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
-    """Read a labelled split and check it: both columns present, no empty text, integer labels."""
+    """Read a labelled split and check it: both columns present, no empty text, integer labels (a JSON
+    Lines file's rows are checked line by line as ``load_split`` reads it; a Hub split's here)."""
     data, path = load_split(args, file)
+    if args.dataset == "json":
+        return data
     for column in (args.text_column, args.label_column):
         if column not in data.column_names:
             raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
     for index, (text, label) in enumerate(zip(data[args.text_column], data[args.label_column], strict=True)):
         problem = _row_problem({args.text_column: text, args.label_column: label}, args)
-        if problem:  # a Hub split (a file's rows were checked line by line as it was read)
+        if problem:
             raise ValueError(f"{path}: row {index}: {problem}.")
     return data
 
