@@ -89,6 +89,19 @@ def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | No
 
 
 # ------------------------------------------------------------------------------------------------
+# §5.4 Dropout
+# ------------------------------------------------------------------------------------------------
+
+
+def apply_dropout(module: nn.Module, x: torch.Tensor, p: float) -> torch.Tensor:
+    """§5.4 dropout with rate ``p`` while ``module`` trains, the identity otherwise: ``F.dropout``, or the
+    ``dropout_kernel`` a training run gave the module (``fast_dropout.use_fast_dropout``: the same contract
+    with a faster mask on CPUs where torch draws it element by element)."""
+    kernel = getattr(module, "dropout_kernel", F.dropout)
+    return kernel(x, p=p, training=module.training)
+
+
+# ------------------------------------------------------------------------------------------------
 # §3.5 Positional encoding
 # ------------------------------------------------------------------------------------------------
 
@@ -221,7 +234,7 @@ def eager_attention_forward(
     if attention_mask is not None:
         scores = scores + attention_mask[..., : key.shape[-2]]
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    probs = F.dropout(probs, p=dropout, training=module.training)
+    probs = apply_dropout(module, probs, dropout)
     output = torch.matmul(probs, value)  # (B, H, T, Dv)
     return output.transpose(1, 2).contiguous(), probs  # (B, T, H, Dv)
 
@@ -339,7 +352,7 @@ class VanillaTransformerFeedForward(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         hidden_states = self.fc1(hidden_states)  # (B, T, F)
         hidden_states = self.activation(hidden_states)
-        hidden_states = F.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        hidden_states = apply_dropout(self, hidden_states, self.activation_dropout)
         return self.fc2(hidden_states)  # (B, T, D)
 
 
@@ -356,7 +369,7 @@ class VanillaTransformerLayer(GradientCheckpointingLayer):
     ffn: VanillaTransformerFeedForward
 
     def _residual_dropout(self, x: torch.Tensor) -> torch.Tensor:
-        return F.dropout(x, p=self.dropout, training=self.training)
+        return apply_dropout(self, x, self.dropout)
 
     def _ff_block(self, x):
         return self._residual_dropout(self.ffn(x))
@@ -514,7 +527,7 @@ class VanillaTransformerStack(nn.Module):
     def add_positions(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """§3.5 with §5.4: (B, T, D) scaled embeddings + PE(positions), then dropout on the sum."""
         hidden_states = inputs_embeds + self.embed_positions(position_ids, inputs_embeds.dtype)
-        return F.dropout(hidden_states, p=self.config.dropout, training=self.training)
+        return apply_dropout(self, hidden_states, self.config.dropout)
 
     def final_norm(
         self, hidden_states: torch.Tensor, all_hidden_states: tuple | None

@@ -10,6 +10,7 @@ import torch
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
 from ...classification_pipeline import LongText, average_logits
+from ...fast_dropout import use_fast_dropout
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ..common.precision_record import describe_precision
@@ -47,6 +48,7 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         model = VanillaTransformerForSequenceClassification.from_pretrained(args.pretrained_model, **extra)
     else:
         model = VanillaTransformerForSequenceClassification(model_config(args, tokenizer, **extra))
+    use_fast_dropout(model, training.device)
 
     # Validation scores texts, not rows: a text read as several windows counts once, with the mean of its
     # windows' logits. ``owner`` travels with each row as a second label (the eval order may be by length).

@@ -16,6 +16,7 @@ from transformers import (
 )
 from transformers.trainer_callback import ProgressCallback
 
+from ...fast_dropout import use_fast_dropout
 from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
 from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, budget_schedule
@@ -115,6 +116,7 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
         # (batch, length, vocabulary) logits that would dominate a small encoder's step are never built.
         model = VanillaTransformerForMaskedLM(stage.model_config(args, tokenizer, sparse_prediction=True))
         collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
+    use_fast_dropout(model, training.device)
     clock = TrainingClock.resuming(args.run_minutes, checkpoint)
     budgets = stage.budget_callbacks(args)  # this invocation's TimeBudget, where session_minutes sets one
     trainer = PretrainingTrainer(

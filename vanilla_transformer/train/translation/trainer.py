@@ -63,6 +63,7 @@ from ...modeling_vanilla_transformer import (
     PAPER_NUM_BEAMS,
     VanillaTransformerForConditionalGeneration,
 )
+from ...fast_dropout import use_fast_dropout
 from ...precision import use_fast_bf16_kernels
 from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback
 from ..common.data import data_path
@@ -117,6 +118,7 @@ def train(args: TranslationTrainingArguments) -> dict:
     set_decoding(model.generation_config, args.num_beams, args.length_penalty)
     precision = mixed_precision_record(args.mixed_precision_setting, args.device)
     use_fast_bf16_kernels(model, precision, args.device)
+    use_fast_dropout(model, args.device)
     sampler = TokenBudgetBatchSampler(
         [len(x) for x in encoded["train"]["input_ids"]],
         [len(x) for x in encoded["train"]["labels"]],
