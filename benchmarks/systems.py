@@ -1,6 +1,7 @@
 """The systems compared, each built at a preset's dimensions with random weights (nothing downloaded).
 
-- ``ours``: ``VanillaTransformerForConditionalGeneration``, its own label-smoothed loss and ``generate()``.
+- ``ours``: ``VanillaTransformerForConditionalGeneration``, its own label-smoothed loss and ``generate()``;
+  training with the dropout mask our trainers install on CPUs where torch's is serial (``fast_dropout.py``).
 - ``ours-compiled``: the same model under ``torch.compile``; generation with a static cache.
 - ``marian``: transformers' ``MarianMTModel`` (ReLU, static sinusoidal positions, ``scale_embedding``,
   shared and tied embeddings: the closest built-in relative of the paper's model).
@@ -8,7 +9,7 @@
   projection (training only: it has no decoding loop).
 - ``ctranslate2``: the C++ engine, fp32, on the converted random Marian weights (generation only).
 - ``ours-bf16``: our fast bf16 path: training as ``mixed_precision: bf16`` runs it on a CPU (autocast,
-  eager attention, fused Adam; fp32 weights and Adam state), generation with bf16 weights
+  eager attention; fp32 weights and Adam state), generation with bf16 weights
   (``prepare_for_inference(dtype=torch.bfloat16)``).
 - ``ours-int8``: generation with int8 dynamically quantised linear layers (``prepare_for_inference``).
 - ``marian-bf16``: Marian under ``torch.autocast`` bf16 for training (what a Marian user gets by turning
@@ -18,13 +19,14 @@
 - ``ours-onnx``: our model exported to ONNX and decoded greedily in onnxruntime (greedy rows only).
 
 Every trainer takes the same step: forward, label-smoothed cross-entropy (§5.4, 0.1), backward and
-Adam (§5.3: betas 0.9/0.98, eps 1e-9). Generators produce exactly ``new_tokens`` tokens (EOS
+fused Adam (§5.3: betas 0.9/0.98, eps 1e-9). Generators produce exactly ``new_tokens`` tokens (EOS
 suppressed) from the same source ids.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -37,8 +39,10 @@ from .presets import DROPOUT, LABEL_SMOOTHING
 PAD, BOS, EOS = 0, 1, 2  # ours; Marian keeps EOS 2 and moves <pad> (its start token) to the last id
 
 
-def adam(parameters, fused: bool = False) -> torch.optim.Optimizer:
-    return torch.optim.Adam(parameters, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=fused or None)
+def adam(parameters) -> torch.optim.Optimizer:
+    """§5.3's Adam, fused: what our trainer runs, and what transformers' Trainer gives every model on
+    torch >= 2.8 (its default ``optim`` is ``adamw_torch_fused``), so every system steps the same way."""
+    return torch.optim.Adam(parameters, lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
 
 def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -48,19 +52,18 @@ def smoothed_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class TrainingStep:
-    """The common step: ``loss`` (each system's forward and label-smoothed loss), backward, Adam; under
-    bf16 autocast when ``bf16`` is set (weights and Adam state stay fp32)."""
+    """The common step: ``loss`` (each system's forward and label-smoothed loss), backward, fused Adam;
+    under bf16 autocast when ``bf16`` is set (weights and Adam state stay fp32)."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer | None = None
     bf16: bool = False
-    fused_adam: bool = False
 
     def loss(self, source, decoder_input, labels) -> torch.Tensor:
         raise NotImplementedError
 
     def train_step(self, source, decoder_input, labels) -> float:
-        self.optimizer = self.optimizer or adam(self.model.parameters(), fused=self.fused_adam)
+        self.optimizer = self.optimizer or adam(self.model.parameters())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             loss = self.loss(source, decoder_input, labels)
         loss.backward()
@@ -87,6 +90,7 @@ def fixed_length_generate(model, source, num_beams: int, new_tokens: int, **extr
 class Ours(TrainingStep):
     def __init__(self, preset: dict, compiled: bool = False, precision: str = "fp32"):
         from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+        from vanilla_transformer.fast_dropout import use_fast_dropout
 
         config = VanillaTransformerConfig(
             **preset,
@@ -99,6 +103,10 @@ class Ours(TrainingStep):
         )
         self.model = VanillaTransformerForConditionalGeneration(config)
         self.start = config.decoder_start_token_id
+        # Our trainers' dropout mask on a CPU whose torch dropout is serial (fast_dropout.py); off when
+        # VT_BENCH_TORCH_DROPOUT=1, to measure what it buys.
+        if not os.environ.get("VT_BENCH_TORCH_DROPOUT"):
+            use_fast_dropout(self.model, torch.device("cpu"))
         self.forward = torch.compile(self.model) if compiled else self.model
         self.compiled = compiled
         self.forward_compiled = False
@@ -107,7 +115,7 @@ class Ours(TrainingStep):
             from vanilla_transformer.precision import use_fast_bf16_kernels
 
             use_fast_bf16_kernels(self.model, {"used": "bf16"}, torch.device("cpu"))
-            self.bf16 = self.fused_adam = True
+            self.bf16 = True
         self.prepared = False
 
     def loss(self, source, decoder_input, labels) -> torch.Tensor:
