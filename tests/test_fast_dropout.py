@@ -62,8 +62,16 @@ def test_the_seed_decides_the_mask():
 
 def tiny_model(**extra) -> VanillaTransformerForConditionalGeneration:
     config = VanillaTransformerConfig(
-        vocab_size=40, d_model=16, d_ff=32, num_heads=2, num_encoder_layers=2, num_decoder_layers=2,
-        dropout=0.1, attention_dropout=0.2, activation_dropout=0.3, **extra,
+        vocab_size=40,
+        d_model=16,
+        d_ff=32,
+        num_heads=2,
+        num_encoder_layers=2,
+        num_decoder_layers=2,
+        dropout=0.1,
+        attention_dropout=0.2,
+        activation_dropout=0.3,
+        **extra,
     )
     return VanillaTransformerForConditionalGeneration(config)
 
@@ -83,7 +91,9 @@ def test_the_model_calls_the_installed_kernel_at_every_dropout(monkeypatch):
     model.train()(input_ids=ids, labels=ids).loss.backward()
     # encoder: embeddings + 2 layers x (attention probs, attention out, activation, ffn out);
     # decoder: embeddings + 2 layers x (2 x (probs, out), activation, ffn out)
-    assert sorted(p for p, _ in calls) == sorted([0.1] * 2 + [0.2, 0.1, 0.3, 0.1] * 2 + [0.2, 0.1, 0.2, 0.1, 0.3, 0.1] * 2)
+    assert sorted(p for p, _ in calls) == sorted(
+        [0.1] * 2 + [0.2, 0.1, 0.3, 0.1] * 2 + [0.2, 0.1, 0.2, 0.1, 0.3, 0.1] * 2
+    )
     assert all(training for _, training in calls)
 
 
@@ -101,7 +111,11 @@ def test_eval_outputs_do_not_change_and_nothing_is_saved(tmp_path):
 
 @pytest.mark.parametrize(
     ("cpu_name", "mkl", "serial"),
-    [("AMD EPYC", True, True), ("Intel(R) Xeon(R) Platinum 8480+", True, False), ("Intel(R) Xeon(R)", False, True)],
+    [
+        ("AMD EPYC", True, True),
+        ("Intel(R) Xeon(R) Platinum 8480+", True, False),
+        ("Intel(R) Xeon(R)", False, True),
+    ],
 )
 def test_on_where_torch_draws_masks_serially(monkeypatch, cpu_name, mkl, serial):
     monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"cpu_name": cpu_name})
@@ -109,5 +123,7 @@ def test_on_where_torch_draws_masks_serially(monkeypatch, cpu_name, mkl, serial)
     assert torch_dropout_is_serial("cpu") is serial
     model = tiny_model()
     assert use_fast_dropout(model, torch.device("cpu")) is serial
-    assert all(getattr(m, "dropout_kernel", None) is (int16_dropout if serial else None) for m in model.modules())
+    assert all(
+        getattr(m, "dropout_kernel", None) is (int16_dropout if serial else None) for m in model.modules()
+    )
     assert torch_dropout_is_serial("cuda") is False

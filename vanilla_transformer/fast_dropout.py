@@ -26,7 +26,9 @@ from torch import nn
 _STEPS = 65536  # int16 values
 
 
-def int16_dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
+def int16_dropout(
+    x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False
+) -> torch.Tensor:
     """``F.dropout``'s contract (zero each element with probability ``p``, scale the rest by 1/(1-p),
     identity when not training) with a mask drawn 16 bits per element. ``inplace`` is accepted for
     signature compatibility; the result is always a new tensor."""

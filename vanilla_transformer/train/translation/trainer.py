@@ -57,13 +57,13 @@ from transformers.trainer_utils import IntervalStrategy
 from transformers.utils import logging
 
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
+from ...fast_dropout import use_fast_dropout
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import (
     PAPER_LENGTH_PENALTY,
     PAPER_NUM_BEAMS,
     VanillaTransformerForConditionalGeneration,
 )
-from ...fast_dropout import use_fast_dropout
 from ...precision import use_fast_bf16_kernels
 from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback
 from ..common.data import data_path
