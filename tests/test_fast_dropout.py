@@ -3,8 +3,9 @@
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import random_ids, tiny_config
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.fast_dropout import int16_dropout, torch_dropout_is_serial, use_fast_dropout
 
 
@@ -61,18 +62,8 @@ def test_the_seed_decides_the_mask():
 
 
 def tiny_model(**extra) -> VanillaTransformerForConditionalGeneration:
-    config = VanillaTransformerConfig(
-        vocab_size=40,
-        d_model=16,
-        d_ff=32,
-        num_heads=2,
-        num_encoder_layers=2,
-        num_decoder_layers=2,
-        dropout=0.1,
-        attention_dropout=0.2,
-        activation_dropout=0.3,
-        **extra,
-    )
+    """conftest's 2 + 2-layer model with a different rate at each kind of dropout site."""
+    config = tiny_config(dropout=0.1, attention_dropout=0.2, activation_dropout=0.3, **extra)
     return VanillaTransformerForConditionalGeneration(config)
 
 
@@ -87,7 +78,7 @@ def test_the_model_calls_the_installed_kernel_at_every_dropout(monkeypatch):
     for module in model.modules():
         module.dropout_kernel = spy
     monkeypatch.setattr(F, "dropout", lambda *a, **k: pytest.fail("F.dropout called despite the kernel"))
-    ids = torch.randint(4, 40, (2, 6))
+    ids = random_ids(2, 6)
     model.train()(input_ids=ids, labels=ids).loss.backward()
     # encoder: embeddings + 2 layers x (attention probs, attention out, activation, ffn out);
     # decoder: embeddings + 2 layers x (2 x (probs, out), activation, ffn out)
@@ -99,7 +90,7 @@ def test_the_model_calls_the_installed_kernel_at_every_dropout(monkeypatch):
 
 def test_eval_outputs_do_not_change_and_nothing_is_saved(tmp_path):
     model = tiny_model().eval()
-    ids = torch.randint(4, 40, (2, 6))
+    ids = random_ids(2, 6)
     before = model(input_ids=ids, labels=ids).logits
     for module in model.modules():
         module.dropout_kernel = int16_dropout

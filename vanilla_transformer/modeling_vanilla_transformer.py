@@ -96,9 +96,12 @@ def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | No
 def apply_dropout(module: nn.Module, x: torch.Tensor, p: float) -> torch.Tensor:
     """§5.4 dropout with rate ``p`` while ``module`` trains, the identity otherwise: ``F.dropout``, or the
     ``dropout_kernel`` a training run gave the module (``fast_dropout.use_fast_dropout``: the same contract
-    with a faster mask on CPUs where torch draws it element by element)."""
-    kernel = getattr(module, "dropout_kernel", F.dropout)
-    return kernel(x, p=p, training=module.training)
+    with a faster mask on CPUs where torch draws it element by element). Outside training nothing is looked
+    up: decoding steps pay no more than ``F.dropout``'s identity."""
+    if not module.training:
+        return x
+    kernel = module.__dict__.get("dropout_kernel", F.dropout)  # a plain attribute: no nn.Module lookup
+    return kernel(x, p=p, training=True)
 
 
 # ------------------------------------------------------------------------------------------------
