@@ -94,6 +94,39 @@ def test_validation_split_is_disjoint_deterministic_and_sized(tmp_path):
         split_validation(data, 60, seed=0, text_column="text")
 
 
+def test_validation_runs_hold_out_whole_subjects_with_the_label_balance(tmp_path):
+    """`validation_runs` holds out runs of neighbouring rows, for files grouped by subject as IMDB's
+    reviews are by movie: a held-out subject is one training never reads except at a run's two ends, each
+    label gives its share of the runs, duplicates still fall on one side, and the recipe key reaches it."""
+    rows = []
+    for label in (0, 1):  # IMDB's layout: grouped by label, then by movie, 10 reviews a movie
+        for movie in range(40):
+            rows += [{"text": f"movie {label}-{movie} review {k}", "label": label} for k in range(10)]
+    rows.append(dict(rows[5]))  # a repeated review
+    train_file = write_jsonl(tmp_path / "train.jsonl.gz", rows)
+    args, training = arguments(tmp_path, train_file=str(train_file), validation_size=80, validation_runs=4)
+    data = load_labelled(args, args.train_file)
+
+    def movie(text):
+        return text.split(" review")[0]
+
+    train, validation = training_and_validation(args, training.seed)
+    assert len(set(validation["text"])) == 80 and not set(train["text"]) & set(validation["text"])
+    assert len(train) + len(validation) == len(data)
+    assert sum(validation["label"]) == 40  # two runs of 20 from each label
+    held_movies = {movie(t) for t in validation["text"]}
+    shared = held_movies & {movie(t) for t in train["text"]}
+    assert len(shared) <= 2 * 4 and len(held_movies) - len(shared) >= 4  # only runs' ends can cut a movie
+    one_by_one = split_validation(data, 80, training.seed, "text")[1]
+    assert len({movie(t) for t in one_by_one["text"]}) > len(held_movies) + 20  # texts drawn apart
+    assert split_validation(data, 80, 0, "text", runs=4)[1]["text"] == validation["text"]
+    assert set(split_validation(data, 80, 1, "text", runs=4)[1]["text"]) != set(validation["text"])
+    with pytest.raises(ValueError, match="validation_runs"):
+        split_validation(data, 700, 0, "text", runs=2)  # 350 a run: a label has 400 texts, 1 run fits
+    with pytest.raises(ValueError, match="validation_runs"):
+        arguments(tmp_path, train_file=str(train_file), validation_runs=-1)
+
+
 def test_pretraining_leaves_out_validation_and_test_texts(tmp_path):
     """Pre-training reads the training file minus the reviews fine-tuning validates on (same size and
     seed), and drops unlabelled texts that are test or validation texts word for word."""

@@ -85,6 +85,14 @@ class ClassificationArguments:
             "a count (>= 1) or a fraction (< 1) of the distinct texts, chosen by `seed`."
         },
     )
+    validation_runs: int = field(
+        default=0,
+        metadata={
+            "help": "Hold the validation texts out as this many runs of neighbouring rows of the training file, "
+            "for files whose neighbours share a subject (IMDB as released: reviews grouped by movie), so that "
+            "validation's subjects are unseen in training as the test file's are; 0: drawn one by one."
+        },
+    )
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
     vocab_size: int = 16000
@@ -174,6 +182,10 @@ class ClassificationArguments:
     run_dir: str = "runs/imdb-classifier"
 
     def __post_init__(self):
+        if self.validation_runs < 0:
+            raise ValueError(
+                f"`validation_runs` must be >= 0 (0: texts drawn one by one), got {self.validation_runs}."
+            )
         if not self.validation_size > 0:
             raise ValueError(
                 f"`validation_size` must be a count >= 1 or a fraction in (0, 1), got {self.validation_size!r}."

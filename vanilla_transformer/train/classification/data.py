@@ -59,23 +59,66 @@ def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
     return data
 
 
-def split_validation(data: Dataset, size: float, seed: int, text_column: str) -> tuple[Dataset, Dataset]:
+def split_validation(
+    data: Dataset, size: float, seed: int, text_column: str, runs: int = 0, label_column: str = "label"
+) -> tuple[Dataset, Dataset]:
     """Hold out part of a training file for validation: ``(train, validation)``, the same for the same
     ``seed``. ``size`` counts distinct texts (>= 1) or is a fraction of them (< 1). A text that occurs
     more than once (IMDB's train file repeats 96 reviews) lies on one side only, so no validation text is
-    ever trained on; the test file is not read."""
+    ever trained on; the test file is not read.
+
+    ``runs`` > 0 holds the texts out as that many runs of neighbouring rows instead of one by one: each
+    label's texts, in file order, are cut into runs of ``ceil(count / runs)``, and each label gives its
+    share of the ``runs`` (drawn by ``seed``), so validation keeps the file's label balance. For files whose
+    neighbours share a subject, IMDB's reviews grouped by movie, validation's subjects are then unseen in
+    training, as the test file's are, except where a run's two ends cut a group."""
     texts = [clean_text(text) for text in data[text_column]]
-    distinct = list(dict.fromkeys(texts))  # first-seen order: deterministic
+    index = {}
+    for row, text in enumerate(texts):
+        index.setdefault(text, row)  # first-seen order: deterministic
+    distinct = list(index)
     count = int(size) if size >= 1 else round(size * len(distinct))
     if not 0 < count < len(distinct):
         raise ValueError(
             f"`validation_size`={size!r} holds out {count} of {len(distinct)} distinct training texts; "
             "it must leave at least one on each side."
         )
-    order = np.random.default_rng(seed).permutation(len(distinct))
+    rng = np.random.default_rng(seed)
+    if runs:
+        order = _runs_of_neighbours(list(data[label_column]), list(index.values()), count, runs, rng)
+    else:
+        order = rng.permutation(len(distinct))
     held_out = {distinct[i] for i in order[:count]}
     inside = np.fromiter((text in held_out for text in texts), dtype=bool, count=len(texts))
     return data.select(np.flatnonzero(~inside)), data.select(np.flatnonzero(inside))
+
+
+def _runs_of_neighbours(labels, first_rows: list[int], count: int, runs: int, rng) -> np.ndarray:
+    """Indices into the distinct texts (``first_rows``: each one's first row): ``runs`` runs of
+    ``ceil(count / runs)`` neighbours, cut within each label and shared out among labels by frequency."""
+    length = -(-count // runs)
+    by_label: dict = {}
+    for position, row in enumerate(first_rows):
+        by_label.setdefault(labels[row], []).append(position)
+    chosen = []
+    shares = {label: runs * len(members) / len(first_rows) for label, members in by_label.items()}
+    counts = {label: int(share) for label, share in shares.items()}
+    for label in sorted(shares, key=lambda label: shares[label] - counts[label], reverse=True):
+        if sum(counts.values()) == runs:
+            break
+        counts[label] += 1  # largest remainders first
+    for label, members in by_label.items():
+        available = len(members) // length
+        if counts[label] >= available:
+            raise ValueError(
+                f"`validation_runs`={runs}: label {label!r} would give {counts[label]} runs of {length} texts "
+                f"but has {len(members)} distinct texts, too few to keep any for training; use fewer runs "
+                "or a smaller `validation_size`."
+            )
+        for start in rng.permutation(available)[: counts[label]] * length:
+            chosen.append(members[start : start + length])
+    chosen.sort(key=lambda run: run[0])
+    return np.concatenate(chosen) if chosen else np.arange(0)
 
 
 def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[int, str], dict[str, int]]:
@@ -129,7 +172,9 @@ def training_and_validation(args: ClassificationArguments, seed: int) -> tuple[D
     train = load_labelled(args, args.train_file)
     if args.validation_file:
         return train, load_labelled(args, args.validation_file)
-    return split_validation(train, args.validation_size, seed, args.text_column)
+    return split_validation(
+        train, args.validation_size, seed, args.text_column, args.validation_runs, args.label_column
+    )
 
 
 def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[str], list[str]]:
