@@ -157,8 +157,12 @@ def main(argv: list[str] | None = None) -> None:
         f"# Benchmarks ({time.strftime('%Y-%m-%d %H:%M')}, {platform.processor() or platform.machine()}, "
         f"{args.threads} threads, {args.rounds} round-robin rounds of {args.repeats} repeats)\n\n"
         f"Measured 2048^3 matmul peaks: fp32 {peak:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks)}), "
-        f"bf16 {peak_bf16:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks_bf16)}). "
-        "Figures are medians over rounds; ratios are medians of the per-round ratio to Marian of the same "
+        + (
+            f"bf16 {peak_bf16:,.1f} GFLOP/s (rounds: {', '.join(f'{p:,.0f}' for p in peaks_bf16)}). "
+            if peaks_bf16
+            else "bf16 not measured (no native bf16 on this CPU). "
+        )
+        + "Figures are medians over rounds; ratios are medians of the per-round ratio to Marian of the same "
         "precision (bf16 systems to marian-bf16, the rest to fp32 Marian). "
         f"Training: {TRAIN_BATCH} sentences x {SOURCE_LENGTH} + {TARGET_LENGTH} tokens, forward + "
         "label-smoothed loss + backward + Adam. "
