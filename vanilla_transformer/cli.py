@@ -422,8 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     export_ct2.add_argument(
         "--full-int8-range",
         action="store_true",
-        help="int8: store weights in CTranslate2's full 8 bits instead of 7. The 7-bit default keeps int8 "
-        "translations right on x86 CPUs without VNNI (AVX2 only), whose int8 products saturate on 8-bit weights.",
+        help="int8: store weights in CTranslate2's full 8 bits instead of 7, for a model served only on GPUs or "
+        "CPUs with VNNI. The 7-bit default keeps int8 translations right on x86 CPUs without VNNI (AVX2 only), "
+        "whose int8 products saturate on 8-bit weights.",
     )
     export_ct2.add_argument("--force", action="store_true", help="Replace an existing output folder.")
     export_ct2.set_defaults(func=cmd_export_ct2)

@@ -103,7 +103,9 @@ def export_ctranslate2(
             products into saturating 16-bit sums; full-range weights overflow them. Measured on an AVX2-only
             AMD EPYC (tests/test_ctranslate2.py's 300 held-out sentences): 8-bit weights agreed with
             float32's translations on 31 % of sentences, 7-bit ones on 93-95 %, and were as often right.
-            ``False`` keeps CTranslate2's own 8-bit weights (for CPUs with VNNI or AVX-512 only).
+            The cost is one bit of weight precision everywhere, GPUs included (their int8 products do not
+            saturate). ``False`` keeps CTranslate2's own 8-bit weights: for a model served only on GPUs or on
+            CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX).
 
     Returns:
         ``output_dir``.
@@ -164,7 +166,8 @@ def export_ctranslate2(
 def _store_int8_weights_in_seven_bits(spec) -> None:
     """Make ``spec.optimize`` (which CTranslate2's converter calls to quantize) write int8 weights in the
     range -63..63: each row quantized from its float values with the scale 63 / max|row| (see
-    ``export_ctranslate2``'s ``reduce_range``). Rows CTranslate2 leaves unquantized are untouched."""
+    ``export_ctranslate2``'s ``reduce_range``). CTranslate2 scales the float arrays in place while it
+    quantizes, so the floats are copied first; weights it leaves unquantized are untouched."""
     import numpy as np
     from ctranslate2.specs.model_spec import NumpyVariable, Variable, visit_spec
 
