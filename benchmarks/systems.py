@@ -1,7 +1,8 @@
 """The systems compared, each built at a preset's dimensions with random weights (nothing downloaded).
 
 - ``ours``: ``VanillaTransformerForConditionalGeneration``, its own label-smoothed loss and ``generate()``;
-  training with the dropout mask our trainers install on CPUs where torch's is serial (``fast_dropout.py``).
+  training with the dropout mask our trainers install on CPUs where torch's is serial (``fast_dropout.py``)
+  and the projection + loss they fuse on CPUs (``fused_output_loss.py``).
 - ``ours-compiled``: the same model under ``torch.compile``; generation with a static cache.
 - ``marian``: transformers' ``MarianMTModel`` (ReLU, static sinusoidal positions, ``scale_embedding``,
   shared and tied embeddings: the closest built-in relative of the paper's model).
@@ -91,6 +92,7 @@ class Ours(TrainingStep):
     def __init__(self, preset: dict, compiled: bool = False, precision: str = "fp32"):
         from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
         from vanilla_transformer.fast_dropout import use_fast_dropout
+        from vanilla_transformer.fused_output_loss import use_fused_output_loss
 
         config = VanillaTransformerConfig(
             **preset,
@@ -107,6 +109,9 @@ class Ours(TrainingStep):
         # VT_BENCH_TORCH_DROPOUT=1, to measure what it buys.
         if not os.environ.get("VT_BENCH_TORCH_DROPOUT"):
             use_fast_dropout(self.model, torch.device("cpu"))
+        # and their fused projection + loss (fused_output_loss.py); off when VT_BENCH_UNFUSED_LOSS=1
+        if not os.environ.get("VT_BENCH_UNFUSED_LOSS"):
+            use_fused_output_loss(self.model, torch.device("cpu"))
         self.forward = torch.compile(self.model) if compiled else self.model
         self.compiled = compiled
         self.forward_compiled = False

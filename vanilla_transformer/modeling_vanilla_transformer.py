@@ -1095,6 +1095,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         """Source ``input_ids`` (B, S) and its mask; every other input by name (as ``generate()`` and
         the Trainer pass them). ``labels`` (B, T): target ids, -100 where ignored; shifted right into
         ``decoder_input_ids`` when those are not given. The loss is label-smoothed with ``config.label_smoothing``.
+        A training run that installed ``fused_output_loss`` (as the trainers do on CPUs) gets the same loss
+        and no ``logits`` while the model trains.
         The key/value cache comes as ``cache`` or, as transformers before 5.24 name it, ``past_key_values``."""
         cache = _one_cache(cache, past_key_values)
         if labels is not None:
@@ -1114,12 +1116,24 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.output_logits(outputs.last_hidden_state, logits_to_keep)  # (B, T, V)
-        loss = (
-            label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
-            if labels is not None
-            else None
-        )
+        kernel = self.__dict__.get("output_loss_kernel") if self.training and labels is not None else None
+        if kernel is not None and not logits_to_keep:
+            # A training run's fused projection + loss (fused_output_loss.py): the same loss, no logits.
+            logits = None
+            loss = kernel(
+                outputs.last_hidden_state,
+                self.lm_head.weight,
+                labels,
+                self.config.label_smoothing,
+                num_items_in_batch,
+            )
+        else:
+            logits = self.output_logits(outputs.last_hidden_state, logits_to_keep)  # (B, T, V)
+            loss = (
+                label_smoothed_nll_loss(logits, labels, self.config.label_smoothing, num_items_in_batch)
+                if labels is not None
+                else None
+            )
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

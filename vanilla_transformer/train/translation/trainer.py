@@ -58,6 +58,7 @@ from transformers.utils import logging
 
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...fast_dropout import use_fast_dropout
+from ...fused_output_loss import use_fused_output_loss
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import (
     PAPER_LENGTH_PENALTY,
@@ -119,6 +120,7 @@ def train(args: TranslationTrainingArguments) -> dict:
     precision = mixed_precision_record(args.mixed_precision_setting, args.device)
     use_fast_bf16_kernels(model, precision, args.device)
     use_fast_dropout(model, args.device)
+    use_fused_output_loss(model, args.device)
     sampler = TokenBudgetBatchSampler(
         [len(x) for x in encoded["train"]["input_ids"]],
         [len(x) for x in encoded["train"]["labels"]],

@@ -1,0 +1,141 @@
+"""The pre-softmax projection and the label-smoothed loss fused, a few hundred rows at a time.
+
+Training computes §3.4's pre-softmax linear transformation (``lm_head``, tied to the embeddings) and §5.4's
+label-smoothed cross-entropy over every target token. Done as written, that materialises the (N, V)
+logits, their log-softmax, the two loss gradients and their sum: four or five tensors of N x V floats
+(a Multi30k batch of 2,048 target tokens at V = 8,000 makes each 65 MB), each written and read once
+more than the arithmetic needs. On a CPU every such tensor is a fresh allocation above glibc's mmap
+threshold, so the kernel zeroes it page by page: on a 2-vCPU AMD EPYC the Multi30k recipe spent about
+12 % of its CPU time in page faults.
+
+``fused_output_loss`` takes the final decoder states instead of the logits. Over chunks of rows it
+computes the chunk's logits z = h W^T and its loss with the log-sum-exp ``lse`` (one exponential per
+logit, in place)
+
+    loss_i = lse_i - (1 - eps) z_{i,y_i} - (eps / V) sum_j z_ij      (= §5.4's smoothed cross-entropy)
+
+and in the same pass that loss's gradient with respect to the logits, softmax(z) - ((1 - eps) one_hot(y)
++ eps / V), which it turns at once into the chunk's gradients for h (g W) and W (g^T h). The logits never
+exist beyond one chunk (a few MB, reused); rows whose label is ignored (-100: padding) are dropped before
+any product. Forward and backward do the same three matrix products as the unfused path; the backward
+pass hands the stored gradients over (scaled, when the incoming gradient is not 1). The loss and
+gradients equal the unfused path's to float rounding (``tests/test_fused_output_loss.py``).
+
+``use_fused_output_loss(model, device)`` installs it on a model the trainers train on a CPU, where it was
+measured (not yet on GPUs); the model file then calls it in training mode when labels are given, and
+returns no logits from such a forward. Nothing is saved: a loaded model computes logits and loss as
+written. Evaluation (``model.eval()``) always takes the unfused path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+CHUNK_ELEMENTS = 2**21  # logits per chunk (8 MB in float32): 262 rows at V = 8,000
+
+
+def chunk_rows_for(vocab_size: int) -> int:
+    """Rows per chunk: about ``CHUNK_ELEMENTS`` logits, at least 64 rows (smaller products run slower)."""
+    return max(64, CHUNK_ELEMENTS // vocab_size)
+
+
+class _FusedOutputLoss(torch.autograd.Function):
+    """Summed label-smoothed loss of ``hidden @ weight.T`` against ``labels`` (no ignored rows), divided
+    by ``divisor``; the gradients of that loss for ``hidden`` and ``weight`` are computed in the forward
+    pass, already divided, so that the backward pass returns them as they are for the usual incoming 1."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, epsilon, divisor, chunk_rows, compute_dtype, with_gradients):
+        vocab = weight.shape[0]
+        weight_c = weight.to(compute_dtype)
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = None
+        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        for start in range(0, hidden.shape[0], chunk_rows):
+            rows = slice(start, start + chunk_rows)
+            h = hidden[rows].to(compute_dtype)
+            y = labels[rows].unsqueeze(1)
+            z = (h @ weight_c.t()).float()  # (c, V) logits
+            total -= (1 - epsilon) * z.gather(1, y).sum() + (epsilon / vocab) * z.sum()
+            # log-sum-exp with one exponential, in place: z becomes exp(z - max), then softmax(z)
+            peak = z.amax(dim=1, keepdim=True)
+            sums = z.sub_(peak).exp_().sum(dim=1, keepdim=True)
+            total += (peak + sums.log()).sum()
+            if not with_gradients:
+                continue
+            # d loss / d z = (softmax(z) - (1 - eps) one_hot(y) - eps / V) / divisor, in place
+            z.mul_(sums.reciprocal_().div_(divisor)).sub_(epsilon / vocab / divisor)
+            z.scatter_add_(1, y, z.new_full(y.shape, -(1 - epsilon) / divisor))
+            g = z.to(compute_dtype)
+            grad_hidden[rows] = g @ weight_c
+            if grad_weight is None:
+                grad_weight = (g.t() @ h).float()  # (V, D), accumulated in float32
+            elif compute_dtype == torch.float32:
+                grad_weight.addmm_(g.t(), h)
+            else:
+                grad_weight += g.t() @ h
+        if with_gradients:
+            grad_weight = grad_weight if grad_weight is not None else torch.zeros_like(weight)
+            ctx.save_for_backward(grad_hidden, grad_weight.to(weight.dtype))
+        return total / divisor
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_hidden, grad_weight = ctx.saved_tensors
+        if not bool(grad_output == 1):  # a scaled loss (gradient accumulation, loss scaling)
+            grad_hidden = grad_hidden * grad_output.to(grad_hidden.dtype)
+            grad_weight = grad_weight * grad_output
+        return grad_hidden, grad_weight, *[None] * 7
+
+
+def fused_output_loss(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    chunk_rows: int | None = None,
+) -> torch.Tensor:
+    """``label_smoothed_nll_loss(hidden_states @ weight.T, labels, epsilon, num_items_in_batch)``
+    without the logits: ``hidden_states`` (..., D) final states, ``weight`` (V, D) the output projection
+    (no bias), ``labels`` (...) target ids with -100 ignored. The mean over non-ignored tokens, or their
+    sum divided by ``num_items_in_batch`` (the Trainer's count across accumulated batches). Under
+    autocast the products run in the autocast dtype and the softmax in float32, as the unfused path's."""
+    if hidden_states.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"`labels` shape {tuple(labels.shape)} does not match the states {tuple(hidden_states.shape[:-1])}."
+        )
+    if hidden_states.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"The output projection's weight {tuple(weight.shape)} does not take states of width "
+            f"{hidden_states.shape[-1]}."
+        )
+    hidden = hidden_states.reshape(-1, hidden_states.shape[-1])
+    flat_labels = labels.reshape(-1).to(hidden.device)
+    kept = flat_labels != -100
+    if not bool(kept.all()):
+        hidden, flat_labels = hidden[kept], flat_labels[kept]
+    divisor = float(num_items_in_batch) if num_items_in_batch is not None else flat_labels.numel()
+    device_type = hidden.device.type
+    autocast = torch.is_autocast_enabled(device_type)
+    compute_dtype = torch.get_autocast_dtype(device_type) if autocast else hidden.dtype
+    rows = chunk_rows or chunk_rows_for(weight.shape[0])
+    with torch.autocast(device_type, enabled=False):
+        with_gradients = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+        return _FusedOutputLoss.apply(
+            hidden, weight, flat_labels, float(epsilon), divisor, rows, compute_dtype, with_gradients
+        )
+
+
+def use_fused_output_loss(model: nn.Module, device: torch.device | str) -> bool:
+    """Have ``model`` (a ``VanillaTransformerForConditionalGeneration``) compute its training loss with
+    ``fused_output_loss`` when ``device`` is a CPU; returns whether it did. Training-time only: the
+    attribute is not saved."""
+    if torch.device(device).type != "cpu":
+        return False
+    model.output_loss_kernel = fused_output_loss
+    return True
+
+
+__all__ = ["chunk_rows_for", "fused_output_loss", "use_fused_output_loss"]
