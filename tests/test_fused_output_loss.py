@@ -3,9 +3,14 @@ gradients, without logits, in the model's training forward only."""
 
 import pytest
 import torch
-from conftest import PAD, random_ids, tiny_config
+import torch.nn.functional as F
+from conftest import PAD, decoder_only_config, encoder_only_config, random_ids, tiny_config
 
-from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer import (
+    VanillaTransformerForCausalLM,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerForMaskedLM,
+)
 from vanilla_transformer.fused_output_loss import fused_output_loss, use_fused_output_loss
 from vanilla_transformer.modeling_vanilla_transformer import label_smoothed_nll_loss
 
@@ -23,18 +28,24 @@ def _states_weight_labels(rows: int = 37, width: int = 24, vocab: int = 301, see
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 @pytest.mark.parametrize("num_items", [None, 200])
 @pytest.mark.parametrize("chunk_rows", [7, 64, None])  # several chunks, a ragged last one, and one
-def test_loss_and_gradients_are_the_unfused_ones(epsilon, num_items, chunk_rows):
+@pytest.mark.parametrize("with_bias", [False, True])  # the masked-LM head has one
+def test_loss_and_gradients_are_the_unfused_ones(epsilon, num_items, chunk_rows, with_bias):
     hidden, weight, labels = _states_weight_labels()
-    expected_h, expected_w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    expected = label_smoothed_nll_loss(expected_h @ expected_w.t(), labels, epsilon, num_items)
-    (2.5 * expected).backward()  # the incoming gradient scales both
-    fused_h, fused_w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    loss = fused_output_loss(fused_h, fused_w, labels, epsilon, num_items, chunk_rows=chunk_rows)
-    (2.5 * loss).backward()
+    bias = torch.randn(weight.shape[0]) if with_bias else None
+    grads = []
+    for fused in (False, True):
+        tensors = [t.clone().requires_grad_() for t in (hidden, weight) + ((bias,) if with_bias else ())]
+        h, w, b = (*tensors, None) if not with_bias else tensors
+        if fused:
+            loss = fused_output_loss(h, w, labels, epsilon, num_items, chunk_rows=chunk_rows, bias=b)
+        else:
+            loss = expected = label_smoothed_nll_loss(F.linear(h, w, b), labels, epsilon, num_items)
+        (2.5 * loss).backward()  # the incoming gradient scales every one
+        grads.append([t.grad for t in tensors])
     torch.testing.assert_close(loss, expected)
-    torch.testing.assert_close(fused_h.grad, expected_h.grad)
-    torch.testing.assert_close(fused_w.grad, expected_w.grad)
-    assert torch.all(fused_h.grad[labels == -100] == 0)  # ignored rows get nothing
+    for fused_grad, expected_grad in zip(grads[1], grads[0], strict=True):
+        torch.testing.assert_close(fused_grad, expected_grad)
+    assert torch.all(grads[1][0][labels == -100] == 0)  # ignored rows get nothing
 
 
 def test_under_bf16_autocast_it_matches_the_unfused_path_in_bf16():
@@ -85,19 +96,65 @@ def test_mismatched_shapes_are_named():
         fused_output_loss(hidden[..., 1:], weight, labels, 0.1)
 
 
-def test_the_model_trains_to_the_same_weights_with_it_and_returns_no_logits_while_training():
-    config = tiny_config(label_smoothing=0.1, dropout=0.0)
+def _seq2seq_batch():
     source, target = random_ids(4, 9, seed=1), random_ids(4, 7, seed=2)
     target[1, 5:] = -100
+    return {"input_ids": source, "attention_mask": source != PAD, "labels": target}
+
+
+def _causal_batch(shifted: bool):
+    ids = random_ids(4, 9, seed=3)
+    labels = ids.masked_fill(torch.arange(9) >= 7, -100)
+    if shifted:  # targets already aligned with the states, as sequence-parallel trainers pass them
+        return {"input_ids": ids, "shift_labels": torch.cat([labels[:, 1:], labels[:, :1] * 0 - 100], 1)}
+    return {"input_ids": ids, "labels": labels}
+
+
+def _masked_batch():
+    ids = random_ids(4, 9, seed=4)
+    labels = torch.full_like(ids, -100)
+    labels[:, 2::3] = ids[:, 2::3]
+    return {"input_ids": ids, "labels": labels}
+
+
+HEADS = {
+    "seq2seq": (
+        VanillaTransformerForConditionalGeneration,
+        lambda: tiny_config(label_smoothing=0.1),
+        _seq2seq_batch,
+    ),
+    "causal": (
+        VanillaTransformerForCausalLM,
+        lambda: decoder_only_config(label_smoothing=0.1),
+        lambda: _causal_batch(False),
+    ),
+    "causal, shift_labels": (
+        VanillaTransformerForCausalLM,
+        lambda: decoder_only_config(label_smoothing=0.1),
+        lambda: _causal_batch(True),
+    ),
+    "masked, sparse": (
+        VanillaTransformerForMaskedLM,
+        lambda: encoder_only_config(sparse_prediction=True),
+        _masked_batch,
+    ),
+    "masked, dense": (VanillaTransformerForMaskedLM, encoder_only_config, _masked_batch),
+}
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_each_vocabulary_head_trains_to_the_same_weights_with_it_and_returns_no_logits_while_training(head):
+    model_class, config_of, batch_of = HEADS[head]
+    config, batch = config_of(), batch_of()
     models = []
     for fused in (False, True):
         torch.manual_seed(0)
-        model = VanillaTransformerForConditionalGeneration(config).train()
+        model = model_class(config).train()
         assert use_fused_output_loss(model, "cpu") if fused else True
         # SGD: Adam would blow the rounding noise of zero gradients (key biases) up to full steps
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         for _ in range(3):
-            output = model(input_ids=source, attention_mask=source != PAD, labels=target)
+            output = model(**batch)
             output.loss.backward()
             optimizer.step()
             optimizer.zero_grad()
@@ -106,11 +163,10 @@ def test_the_model_trains_to_the_same_weights_with_it_and_returns_no_logits_whil
     unfused, fused = models
     for (name, a), b in zip(unfused.named_parameters(), fused.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
-    # evaluation and generation compute logits as written
-    fused.eval()
-    output = fused(input_ids=source, labels=target)
-    assert output.logits.shape == (4, 7, config.vocab_size)
-    torch.testing.assert_close(output.loss, unfused.eval()(input_ids=source, labels=target).loss)
+    # evaluation computes logits as written, with the same loss
+    output = fused.eval()(**batch)
+    assert output.logits is not None and output.logits.shape[-1] == config.vocab_size
+    torch.testing.assert_close(output.loss, unfused.eval()(**batch).loss)
 
 
 def test_installed_on_cpus_only_and_never_saved(tmp_path):

@@ -992,6 +992,15 @@ def label_smoothed_nll_loss(
     return total / num_items_in_batch
 
 
+def fused_loss_kernel(model: nn.Module, labels: torch.Tensor | None) -> Callable | None:
+    """The projection + loss fused that a training run installed on ``model`` (``fused_output_loss.py``:
+    the same loss, no logits), where it applies: the model trains and has labels. None otherwise, and then
+    the head computes its logits and ``label_smoothed_nll_loss`` as written."""
+    if not model.training or labels is None:
+        return None
+    return model.__dict__.get("output_loss_kernel")  # a plain attribute: nothing saved, no module lookup
+
+
 def _name_pipeline_in_saved_config(save_directory: str | os.PathLike, entry: dict) -> None:
     """Write ``entry`` as ``custom_pipelines`` into a saved ``config.json`` that names none (the pipeline's
     file travels with the model code); the in-memory config is left as it is."""
@@ -1116,9 +1125,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        kernel = self.__dict__.get("output_loss_kernel") if self.training and labels is not None else None
+        kernel = fused_loss_kernel(self, labels)
         if kernel is not None and not logits_to_keep:
-            # A training run's fused projection + loss (fused_output_loss.py): the same loss, no logits.
             logits = None
             loss = kernel(
                 outputs.last_hidden_state,
@@ -1207,6 +1215,7 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         """``labels`` (B, T) are the inputs themselves, shifted inside (as in GPT-2); -100 is ignored.
         ``shift_labels`` (B, T) are targets already aligned with the logits, as sequence-parallel
         trainers pass them (the shift must happen before the sequence is split); they win over ``labels``.
+        With the fused projection + loss installed (``fused_output_loss.py``) no ``logits`` while training.
         The key/value cache comes as ``cache`` or, as transformers before 5.24 name it, ``past_key_values``."""
         outputs = self.model(
             input_ids=input_ids,
@@ -1218,16 +1227,26 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.output_logits(outputs.last_hidden_state, logits_to_keep)  # (B, T, V)
-        loss = None
-        if shift_labels is not None:
-            loss = label_smoothed_nll_loss(
-                logits, shift_labels, self.config.label_smoothing, num_items_in_batch
+        states = outputs.last_hidden_state
+        targets = shift_labels if shift_labels is not None else labels[:, 1:] if labels is not None else None
+        kernel = fused_loss_kernel(self, targets)
+        if kernel is not None and not logits_to_keep:
+            states = states if shift_labels is not None else states[:, :-1]
+            logits = None
+            loss = kernel(
+                states, self.lm_head.weight, targets, self.config.label_smoothing, num_items_in_batch
             )
-        elif labels is not None:
-            loss = label_smoothed_nll_loss(
-                logits[:, :-1], labels[:, 1:], self.config.label_smoothing, num_items_in_batch
-            )
+        else:
+            logits = self.output_logits(states, logits_to_keep)  # (B, T, V)
+            loss = None
+            if shift_labels is not None:
+                loss = label_smoothed_nll_loss(
+                    logits, shift_labels, self.config.label_smoothing, num_items_in_batch
+                )
+            elif labels is not None:
+                loss = label_smoothed_nll_loss(
+                    logits[:, :-1], labels[:, 1:], self.config.label_smoothing, num_items_in_batch
+                )
         output = CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
@@ -1293,7 +1312,8 @@ class VanillaTransformerForMaskedLM(VanillaTransformerEncoderHeadModel):
     positions (labels -100 elsewhere), without label smoothing.
 
     ``labels`` (B, S): the original ids at masked positions, -100 elsewhere. With
-    ``config.sparse_prediction`` and labels, ``logits`` holds only the masked positions (masked, V).
+    ``config.sparse_prediction`` and labels, ``logits`` holds only the masked positions (masked, V);
+    with the fused projection + loss a training run installs (``fused_output_loss.py``), none while training.
     """
 
     output_class = MaskedLMOutput
@@ -1321,6 +1341,9 @@ class VanillaTransformerForMaskedLM(VanillaTransformerEncoderHeadModel):
             masked = labels != -100
             hidden_states, labels = hidden_states[masked], labels[masked]  # (masked, d_model), (masked,)
         hidden_states = self.transform_layer_norm(self.activation(self.transform(hidden_states)))
+        kernel = fused_loss_kernel(self, labels)
+        if kernel is not None:
+            return kernel(hidden_states, self.lm_head.weight, labels, 0.0, bias=self.lm_head.bias), None
         logits = self.lm_head(hidden_states)  # (B, S, V), or (masked, V) with sparse_prediction
         return (label_smoothed_nll_loss(logits, labels, 0.0) if labels is not None else None), logits
 
