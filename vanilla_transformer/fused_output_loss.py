@@ -44,9 +44,10 @@ def chunk_rows_for(vocab_size: int) -> int:
 
 
 class _FusedOutputLoss(torch.autograd.Function):
-    """Summed label-smoothed loss of ``hidden @ weight.T`` against ``labels`` (no ignored rows), divided
-    by ``divisor``; the gradients of that loss for ``hidden`` and ``weight`` are computed in the forward
-    pass, already divided, so that the backward pass returns them as they are for the usual incoming 1."""
+    """Summed label-smoothed loss of ``hidden @ weight.T (+ bias)`` against ``labels`` (no ignored rows),
+    divided by ``divisor``; the gradients of that loss for ``hidden`` and ``weight`` are computed in the forward
+    pass, already divided, so that the backward pass returns them as they are for the usual incoming 1.
+    ``bias`` may be None (the translation and causal heads have none)."""
 
     @staticmethod
     def forward(

@@ -1239,13 +1239,10 @@ class VanillaTransformerForCausalLM(VanillaTransformerPreTrainedModel, Generatio
         else:
             logits = self.output_logits(states, logits_to_keep)  # (B, T, V)
             loss = None
-            if shift_labels is not None:
+            if targets is not None:
+                aligned = logits if shift_labels is not None else logits[:, :-1]
                 loss = label_smoothed_nll_loss(
-                    logits, shift_labels, self.config.label_smoothing, num_items_in_batch
-                )
-            elif labels is not None:
-                loss = label_smoothed_nll_loss(
-                    logits[:, :-1], labels[:, 1:], self.config.label_smoothing, num_items_in_batch
+                    aligned, targets, self.config.label_smoothing, num_items_in_batch
                 )
         output = CausalLMOutputWithPast(
             loss=loss,
