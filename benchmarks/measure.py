@@ -55,14 +55,21 @@ def measure_peak(threads: int, repeats: int) -> dict:
     return peaks
 
 
-def measure_train(system, preset: dict, repeats: int) -> dict:
+def training_batch(system, preset: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fixed training workload: (source, decoder input, labels), the decoder input starting with the
+    system's own start token."""
     vocab = preset["vocab_size"]
     source = random_sentences(TRAIN_BATCH, SOURCE_LENGTH, vocab, seed=1)
     target = random_sentences(TRAIN_BATCH, TARGET_LENGTH, vocab, seed=2)
     decoder_input = torch.cat([torch.full((TRAIN_BATCH, 1), system.start), target[:, :-1]], dim=1)
+    return source, decoder_input, target
+
+
+def measure_train(system, preset: dict, repeats: int) -> dict:
+    batch = training_batch(system, preset)
     system.model.train()
     losses = []
-    times = timed(lambda: losses.append(system.train_step(source, decoder_input, target)), repeats, warmup=3)
+    times = timed(lambda: losses.append(system.train_step(*batch)), repeats, warmup=3)
     step = statistics.median(times)
     return {
         "train_tokens_per_s": TRAIN_BATCH * (SOURCE_LENGTH + TARGET_LENGTH) / step,

@@ -153,3 +153,53 @@ def test_precision_curves_tabulate_each_run_and_mark_the_evaluated_test_score(tm
     assert "cooled: test lowercased tokenized BLEU 43.00" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         curves_main([str(tmp_path / "bf16"), "--labels", "a", "b", "--output", str(plot)])
+
+
+def test_paired_ratios_are_medians_of_within_round_ratios_so_drift_cancels():
+    from benchmarks.paired import paired_ratio
+
+    # The machine halves in speed in round 2; within each round ours is 1.2x, 1.2x and 0.9x as fast.
+    ours, marian = [0.5, 1.0, 0.5], [0.6, 1.2, 0.45]
+    ratio = paired_ratio(ours, marian)
+    assert ratio["median"] == pytest.approx(1.2) and ratio["rounds"] == 3
+    assert ratio["q1"] == pytest.approx(1.05) and ratio["q3"] == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="3 times against 2"):
+        paired_ratio(ours, marian[:2])
+
+
+def test_paired_rounds_alternate_which_system_goes_first():
+    from benchmarks.paired import alternate
+
+    calls = []
+    times = alternate({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3)
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert [len(values) for values in times.values()] == [3, 3]
+
+
+def test_paired_command_times_both_systems_on_every_shared_workload(tmp_path, monkeypatch, capsys):
+    from benchmarks.paired import main as paired_main
+    from benchmarks.paired import paired_ratio
+
+    tiny = {"d_model": 16, "num_heads": 2, "d_ff": 32, "num_encoder_layers": 1, "num_decoder_layers": 1}
+    monkeypatch.setitem(PRESETS, "tiny", {**tiny, "vocab_size": 64})
+    output = tmp_path / "paired.json"
+    paired_main(
+        ["--preset", "tiny", "--systems", "ours", "marian", "--rounds", "2", "--threads", "1"]
+        + ["--output", str(output)]
+    )
+    records = json.loads(output.read_text())["records"]
+    assert [record["workload"] for record in records] == [
+        "training step",
+        "greedy, batch 1",
+        "beam 4, batch 1",
+        "greedy, batch 32",
+        "beam 4, batch 32",
+    ]
+    assert [record["ratio"]["rounds"] for record in records] == [2, 2, 2, 3, 3]  # batch 32: at least 3
+    for record in records:
+        assert record["ratio"] == pytest.approx(
+            paired_ratio(record["times"]["ours"], record["times"]["marian"])
+        )
+    printed = capsys.readouterr().out
+    rows = [line for line in printed.splitlines() if line.startswith(("| training", "| greedy", "| beam"))]
+    assert "| tiny: ours / marian |" in printed and len(rows) == 5

@@ -62,6 +62,7 @@ NOT_RUN = {
     r"vanilla-transformer demo ": "serves until stopped; tests/test_demo.py serves a folder and drives it in a browser",
     r"choose_on_validation\.py ": "decodes the validation split with every checkpoint window of an hour's run",
     r"^python -m benchmarks --presets": "times training and decoding for minutes",
+    r"^python -m benchmarks\.paired ": "times 40 alternating rounds of training and decoding, minutes",
     r"python -m benchmarks\.precision_curves runs/(de-en-fp32|en-de-fp32|precision)": (
         "plots fp32 and bf16 runs of an hour each (the same script runs here on the cool-down pair)"
     ),

@@ -15,7 +15,11 @@ eager in the same round):
 | greedy, batch 32     | 1.00 | 1.19x | 1.66x        |
 | beam 4, batch 1      | 1.00 | 1.29x | 1.76x        |
 
-(97 % of greedy tokens equal fp32's on random weights for both.) On a trained model (Multi30k De->En,
+(97 % of greedy tokens equal fp32's on random weights for both.) On an AVX2-only EPYC (no bf16 matrix unit),
+against fp32 Marian in alternating rounds (`python -m benchmarks.paired`, docs/benchmarks.md): int8 1.30-1.54x
+at batch 1 and 32, greedy and beam 4; bf16 weights 1.40x at batch-1 greedy but 0.40x at batch 32, where
+torch emulates bf16 products. Batch-1 decoding reads every weight once per step, so fewer bytes per weight
+is what speeds it up. On a trained model (Multi30k De->En,
 1,200 updates; 500 validation sentences, beam 4, batch 64) fp32 / int8 / bf16 weights scored sacreBLEU
 28.86 / 28.96 / 29.29 in 9.3 / 7.4 / 9.0 s: int8 keeps BLEU (+0.10) and is the faster serving format here. What the model file did before, keeping
 (in, out)-transposed copies of the wide weights and fused Q/K/V at inference, measured 0.90-1.07x of plain
