@@ -27,6 +27,16 @@ def random_sentences(batch: int, length: int, vocab: int, seed: int) -> torch.Te
     return ids
 
 
+def generation_workloads(systems: list, preset: dict) -> list[tuple[int, int, torch.Tensor]]:
+    """(batch, beams, source ids) for every generation setting that all the given systems run (ONNX
+    exports decode greedily only)."""
+    return [
+        (batch, beams, random_sentences(batch, SOURCE_LENGTH, preset["vocab_size"], seed=10 + batch))
+        for batch, beams in GENERATION_SETTINGS
+        if all(beams in getattr(system, "beams", (beams,)) for system in systems)
+    ]
+
+
 def timed(function, repeats: int, warmup: int) -> list[float]:
     for _ in range(warmup):
         function()
@@ -104,10 +114,7 @@ def measure_generate(name: str, system, preset: dict, repeats: int) -> dict:
     # the timings, since torch running in the same process first makes CTranslate2 5x slower (measured).
     reference = greedy_reference(name, system, check) if name.startswith("ours") else None
     with torch.inference_mode():
-        for batch, beams in GENERATION_SETTINGS:
-            if beams not in getattr(system, "beams", (beams,)):  # ONNX: greedy only
-                continue
-            source = random_sentences(batch, SOURCE_LENGTH, vocab, seed=10 + batch)
+        for batch, beams, source in generation_workloads([system], preset):
             outputs = []
             times = timed(
                 lambda source=source, beams=beams, outputs=outputs: outputs.append(

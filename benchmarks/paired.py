@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from .measure import GENERATION_SETTINGS, random_sentences, training_batch
-from .presets import NEW_TOKENS, PRESETS, SOURCE_LENGTH
+from .measure import generation_workloads, training_batch
+from .presets import NEW_TOKENS, PRESETS
 from .systems import MEASURES, SYSTEMS, build
 
 
@@ -72,10 +72,7 @@ def workloads(
             steps[name] = lambda system=system, batch=batch: system.train_step(*batch)
         jobs.append(("training step", steps, rounds, True))
     if "generate" in measures:
-        for batch, beams in GENERATION_SETTINGS:
-            if any(beams not in getattr(system, "beams", (beams,)) for system in systems.values()):
-                continue  # ONNX: greedy only
-            source = random_sentences(batch, SOURCE_LENGTH, preset["vocab_size"], seed=10 + batch)
+        for batch, beams, source in generation_workloads(list(systems.values()), preset):
             calls = {
                 name: lambda system=system, beams=beams, source=source: system.generate(
                     source, beams, NEW_TOKENS
