@@ -719,6 +719,53 @@ def test_time_budget_ends_pretraining_with_the_learning_rate_at_zero(tmp_path):
     assert again[-1]["learning_rate"] == 0.0  # the last update of the budget left the rate at zero
 
 
+def _fine_tuning_log(tmp_path, **values) -> list[dict]:
+    """The log of a tiny classifier run (80 training reviews, batches of 8), every update logged."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    args, training = arguments(
+        tmp_path,
+        train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", simple_reviews(100, seed=1))),
+        test_file="null",
+        validation_size=20,
+        logging_steps=1,
+        learning_rate=0.001,
+        warmup_steps=0.1,
+        save_strategy="epoch",
+        eval_strategy="epoch",
+        **values,
+    )
+    train_classifier(args, training)
+    last = max(Path(training.output_dir).glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    return json.loads((last / "trainer_state.json").read_text())["log_history"]
+
+
+def test_fine_tuning_budget_is_the_linear_schedule_where_the_epochs_end_first(tmp_path):
+    """`classify train` with `run_minutes`: on a machine fast enough for the recipe's epochs, every
+    update's learning rate is the one the plain linear schedule (no budget) gives: a budget changes
+    nothing where it is not reached."""
+    plain = _fine_tuning_log(tmp_path / "plain", num_train_epochs=2)
+    budgeted = _fine_tuning_log(tmp_path / "budgeted", num_train_epochs=2, run_minutes=60)
+    rates = [[row["learning_rate"] for row in log if "loss" in row] for log in (plain, budgeted)]
+    assert len(rates[0]) == 20 and rates[1] == pytest.approx(rates[0], abs=1e-12)
+    assert rates[0][1] == pytest.approx(0.0005) and rates[0][-1] == pytest.approx(0.001 / 18)
+
+
+def test_fine_tuning_budget_ends_at_zero_and_validates_the_last_update(tmp_path):
+    """Where the budget runs out before the epochs (a slow CPU), the rate decays to zero at the budget,
+    training stops there, and that last update is validated, so the best-epoch choice can take it."""
+    budget = 0.05  # minutes
+    log = _fine_tuning_log(tmp_path, num_train_epochs=1000, run_minutes=budget)
+    updates = [row for row in log if "loss" in row]
+    assert updates[-1]["step"] < 1000 * 10  # stopped by the clock, long before the epochs
+    assert max(row["learning_rate"] for row in updates) > 0.5 * 0.001  # warmed up, then decayed
+    assert updates[-1]["learning_rate"] < 0.2 * 0.001
+    evaluated = [row["step"] for row in log if "eval_accuracy" in row]
+    assert evaluated[-1] == updates[-1]["step"]  # the update that spent the budget, validated
+    checkpoints = sorted(tmp_path.glob("run/trainer-train/checkpoint-*"))
+    optimizer = torch.load(max(checkpoints, key=lambda path: int(path.name.split("-")[1])) / "optimizer.pt")
+    assert optimizer["param_groups"][0]["lr"] == pytest.approx(0.0, abs=2e-5)  # budget spent
+
+
 def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
     """training/plot_pretraining.py draws, from the runs' logs, the masked-LM loss of each (ELECTRA's
     generator) and ELECTRA's discriminator loss beside the base-rate loss, against minutes trained."""

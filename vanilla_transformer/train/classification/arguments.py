@@ -175,8 +175,10 @@ class ClassificationArguments:
     run_minutes: float | None = field(
         default=None,
         metadata={
-            "help": "pretrain: the run's budget, minutes of training over all its invocations; the learning "
-            "rate decays linearly to zero there (after warmup_steps) and training stops (and saves)."
+            "help": "The run's budget, minutes of training over all its invocations: the learning rate "
+            "decays linearly (after warmup_steps) to zero at the budget or at the last update the epochs or "
+            "max_steps allow, whichever comes first; at the budget training stops (saves, and validates "
+            "where the run validates)."
         },
     )
     run_dir: str = "runs/imdb-classifier"

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from transformers import DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
+from transformers import DataCollatorWithPadding, TrainingArguments, set_seed
 
 from ...classification_pipeline import LongText, average_logits
 from ...fast_dropout import use_fast_dropout
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
+from ..common.budget import BudgetedTrainer, TrainingClock
 from ..common.precision_record import describe_precision
 from .arguments import ClassificationArguments
 from .data import encode_texts, label_maps, subset, training_and_validation
@@ -24,6 +25,7 @@ from .setup import (
     last_checkpoint,
     model_config,
     precision_record,
+    show_minutes,
     write_json,
 )
 
@@ -64,7 +66,13 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         return metrics
 
     reading = args.reading()
-    trainer = Trainer(
+    checkpoint = last_checkpoint(training.output_dir)
+    # ``run_minutes``: the learning rate reaches zero at the recipe's last update or at the budget, whichever
+    # comes first, and the update that spends the budget is validated (it may be the best).
+    clock = TrainingClock.resuming(
+        args.run_minutes, checkpoint, evaluate_at_end=training.eval_strategy != "no"
+    )
+    trainer = BudgetedTrainer(
         model=model,
         args=training,
         train_dataset=encode_texts(train, tokenizer, args, reading, with_labels=True).remove_columns("owner"),
@@ -72,9 +80,10 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,
-        callbacks=budget_callbacks(args),
+        callbacks=[*budget_callbacks(args), clock],
     )
-    train_output = trainer.train(resume_from_checkpoint=last_checkpoint(training.output_dir))
+    show_minutes(trainer, args, training)
+    train_output = trainer.train(resume_from_checkpoint=checkpoint)
     output = Path(args.run_dir) / "model"
     trainer.save_model(output)
     results = {

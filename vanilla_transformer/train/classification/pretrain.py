@@ -6,20 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from torch.optim.lr_scheduler import LambdaLR
 from transformers import (
     DataCollatorForLanguageModeling,
     DataCollatorWithPadding,
-    Trainer,
     TrainingArguments,
     set_seed,
 )
-from transformers.trainer_callback import ProgressCallback
 
 from ...fast_dropout import use_fast_dropout
 from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
-from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, budget_schedule
+from ..common.budget import BudgetedTrainer, TrainingClock
 from ..common.precision_record import describe_precision
 from . import setup as stage
 from .arguments import ClassificationArguments
@@ -27,7 +24,7 @@ from .data import pretraining_dataset, pretraining_texts
 from .electra import ElectraForPreTraining
 
 
-class PretrainingTrainer(Trainer):
+class PretrainingTrainer(BudgetedTrainer):
     """``transformers.Trainer`` for ``classify pretrain``. Each logged loss also gets ``elapsed_minutes``
     (``TrainingClock``) and, for ELECTRA, its two parts (``mlm_loss``, ``discriminator_loss``) and the
     ``replaced_fraction``, averaged over the updates since the last log, so that runs of different
@@ -39,23 +36,6 @@ class PretrainingTrainer(Trainer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._parts = {name: [] for name in self.PARTS}
-
-    @property
-    def clock(self) -> TrainingClock | None:
-        return next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingClock)), None)
-
-    def create_scheduler(self, num_training_steps: int, optimizer=None):
-        clock = self.clock
-        if clock is None or clock.budget_minutes is None:
-            return super().create_scheduler(num_training_steps, optimizer)
-        if self.lr_scheduler is None:
-            warmup = self.args.warmup_steps
-            self.lr_scheduler = LambdaLR(
-                optimizer or self.optimizer,
-                lambda step: budget_schedule(step, self.clock.scheduled_progress(), warmup),
-            )
-            self._created_lr_scheduler = True
-        return self.lr_scheduler
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         loss, outputs = super().compute_loss(
@@ -118,19 +98,15 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
         collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=args.mlm_probability)
     use_fast_dropout(model, training.device)
     clock = TrainingClock.resuming(args.run_minutes, checkpoint)
-    budgets = stage.budget_callbacks(args)  # this invocation's TimeBudget, where session_minutes sets one
     trainer = PretrainingTrainer(
         model=model,
         args=training,
         train_dataset=corpus,
         eval_dataset=pretraining_dataset(held_out, tokenizer, args) if evaluate else None,
         data_collator=collator,
-        callbacks=[*budgets, clock],
+        callbacks=[*stage.budget_callbacks(args), clock],
     )
-    session = next((budget for budget in budgets if isinstance(budget, TimeBudget)), None)
-    if (args.run_minutes is not None or session) and not training.disable_tqdm:  # the bar counts minutes
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(TrainingProgressCallback(clock, session))
+    stage.show_minutes(trainer, args, training)
     trainer.train(resume_from_checkpoint=checkpoint)
     # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
     log = {"objective": args.objective, "log_history": trainer.state.log_history}

@@ -7,20 +7,33 @@ import json
 from pathlib import Path
 
 from transformers import TrainerCallback, TrainingArguments
+from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from ...classification_pipeline import clean_text
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...precision import bf16_hardware
 from ...tokenization import MASK_TOKEN
-from ..common.budget import TimeBudget
+from ..common.budget import BudgetedTrainer, TimeBudget, TrainingProgressCallback
 from ..common.data import load_or_train_tokenizer
 from ..common.recipes import build_config
 from .arguments import ClassificationArguments
 
 
 def budget_callbacks(args: ClassificationArguments) -> list[TrainerCallback]:
+    """This invocation's ``TimeBudget``, where ``session_minutes`` sets one."""
     return [TimeBudget(args.session_minutes)] if args.session_minutes is not None else []
+
+
+def show_minutes(
+    trainer: BudgetedTrainer, args: ClassificationArguments, training: TrainingArguments
+) -> None:
+    """A run that a minutes budget may end (``run_minutes``, ``session_minutes``) shows minutes in its
+    progress bar, the updates beside them."""
+    session = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TimeBudget)), None)
+    if (args.run_minutes is not None or session) and not training.disable_tqdm:
+        trainer.remove_callback(ProgressCallback)
+        trainer.add_callback(TrainingProgressCallback(trainer.clock, session))
 
 
 def classification_tokenizer(args: ClassificationArguments, texts: list[str]):

@@ -1,7 +1,8 @@
 """Time budgets of a Trainer run, as callbacks: ``TimeBudget`` ends this invocation after its minutes;
 ``TrainingClock`` counts the minutes of every invocation of a run and ends it when the run's budget is
-spent, and ``budget_schedule`` is the learning-rate factor that reaches zero there; ``TrainingProgressCallback``
-shows either budget. Both tasks' trainers use them."""
+spent, and ``budget_schedule`` is the learning-rate factor that reaches zero there (``BudgetedTrainer``
+applies it to a ``transformers.Trainer``); ``TrainingProgressCallback`` shows either budget. Both tasks'
+trainers use them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import json
 import time
 from pathlib import Path
 
+from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
-from transformers import TrainerCallback
+from transformers import Trainer, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
@@ -44,14 +46,22 @@ class TrainingClock(TrainerCallback, ExportableState):
     the budget spent when the next update's learning rate is set), and training ends, with a checkpoint,
     after the update that set it to zero."""
 
-    def __init__(self, budget_minutes: float | None = None, elapsed_seconds: float = 0.0):
+    def __init__(
+        self,
+        budget_minutes: float | None = None,
+        elapsed_seconds: float = 0.0,
+        evaluate_at_end: bool = False,
+    ):
         self.budget_minutes = budget_minutes
         self.elapsed_seconds = elapsed_seconds
+        self.evaluate_at_end = evaluate_at_end  # validate the update that spends the budget (its last)
         self.last_progress = self._fraction(elapsed_seconds)
         self._tick = None
 
     @classmethod
-    def resuming(cls, budget_minutes: float | None, checkpoint: str | None) -> TrainingClock:
+    def resuming(
+        cls, budget_minutes: float | None, checkpoint: str | None, evaluate_at_end: bool = False
+    ) -> TrainingClock:
         """A clock that goes on from the minutes recorded in ``checkpoint`` (none: from zero), with this
         invocation's budget (a resumed run may be given more time)."""
         elapsed = 0.0
@@ -59,7 +69,7 @@ class TrainingClock(TrainerCallback, ExportableState):
             state = json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
             recorded = state.get("stateful_callbacks", {}).get(cls.__name__, {})
             elapsed = float(recorded.get("attributes", {}).get("elapsed_seconds", 0.0))
-        return cls(budget_minutes, elapsed)
+        return cls(budget_minutes, elapsed, evaluate_at_end)
 
     def state(self) -> dict:
         return {
@@ -91,7 +101,33 @@ class TrainingClock(TrainerCallback, ExportableState):
         ):
             control.should_training_stop = True
             control.should_save = True
+            control.should_evaluate = control.should_evaluate or self.evaluate_at_end
         return control
+
+
+class BudgetedTrainer(Trainer):
+    """A ``transformers.Trainer`` whose callbacks may hold a ``TrainingClock`` with a budget: then each
+    update's learning rate is ``budget_schedule`` of the larger of updates / ``max_steps`` (the plain
+    linear schedule) and minutes / budget, so it reaches zero at whichever the run spends first: the
+    recipe's epochs on a fast machine, its minutes on a slow one. Without a budget: the Trainer's own
+    scheduler."""
+
+    @property
+    def clock(self) -> TrainingClock | None:
+        return next((cb for cb in self.callback_handler.callbacks if isinstance(cb, TrainingClock)), None)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        clock = self.clock
+        if clock is None or clock.budget_minutes is None:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            warmup, steps = self.args.warmup_steps, max(num_training_steps, 1)
+            self.lr_scheduler = LambdaLR(
+                optimizer or self.optimizer,
+                lambda step: budget_schedule(step, max(step / steps, clock.scheduled_progress()), warmup),
+            )
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
 
 
 class TrainingProgress:
@@ -193,4 +229,11 @@ def budget_schedule(step: int, progress: float, warmup: float) -> float:
     return decay / (1.0 - warmup)
 
 
-__all__ = ["TimeBudget", "TrainingClock", "budget_schedule", "TrainingProgress", "TrainingProgressCallback"]
+__all__ = [
+    "BudgetedTrainer",
+    "TimeBudget",
+    "TrainingClock",
+    "budget_schedule",
+    "TrainingProgress",
+    "TrainingProgressCallback",
+]
