@@ -73,7 +73,7 @@ class TrainingClock(TrainerCallback, ExportableState):
 
     def state(self) -> dict:
         return {
-            "args": {"budget_minutes": self.budget_minutes},
+            "args": {"budget_minutes": self.budget_minutes, "evaluate_at_end": self.evaluate_at_end},
             "attributes": {"elapsed_seconds": self.elapsed_seconds},
         }
 
@@ -124,7 +124,10 @@ class BudgetedTrainer(Trainer):
             warmup, steps = self.args.warmup_steps, max(num_training_steps, 1)
             self.lr_scheduler = LambdaLR(
                 optimizer or self.optimizer,
-                lambda step: budget_schedule(step, max(step / steps, clock.scheduled_progress()), warmup),
+                # self.clock, not the clock of now: restore_callback_states_from_checkpoint replaces it.
+                lambda step: budget_schedule(
+                    step, max(step / steps, self.clock.scheduled_progress()), warmup
+                ),
             )
             self._created_lr_scheduler = True
         return self.lr_scheduler
