@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+import torch
 from torch.optim.lr_scheduler import LambdaLR
 from tqdm.auto import tqdm
 from transformers import Trainer, TrainerCallback
@@ -105,6 +106,18 @@ class TrainingClock(TrainerCallback, ExportableState):
         return control
 
 
+def fraction_spent(trainer: Trainer, steps: float, clock: TrainingClock) -> float:
+    """The fraction of a run's budget spent when the scheduler sets the next update's rate: ``steps`` (of
+    ``max_steps``), or the clock's minutes of its budget if that is further along. The same on every
+    process (the largest), so their learning rates, and the update the clock stops at, agree."""
+    minutes = clock.scheduled_progress()
+    if trainer.args.world_size > 1:
+        both = torch.tensor([steps, minutes], device=trainer.args.device)
+        steps, minutes = trainer.accelerator.reduce(both, "max").tolist()
+        clock.last_progress = minutes
+    return max(steps, minutes)
+
+
 class BudgetedTrainer(Trainer):
     """A ``transformers.Trainer`` whose callbacks may hold a ``TrainingClock`` with a budget: then each
     update's learning rate is ``budget_schedule`` of the larger of updates / ``max_steps`` (the plain
@@ -125,9 +138,7 @@ class BudgetedTrainer(Trainer):
             self.lr_scheduler = LambdaLR(
                 optimizer or self.optimizer,
                 # self.clock, not the clock of now: restore_callback_states_from_checkpoint replaces it.
-                lambda step: budget_schedule(
-                    step, max(step / steps, self.clock.scheduled_progress()), warmup
-                ),
+                lambda step: budget_schedule(step, fraction_spent(self, step / steps, self.clock), warmup),
             )
             self._created_lr_scheduler = True
         return self.lr_scheduler
@@ -237,6 +248,7 @@ __all__ = [
     "TimeBudget",
     "TrainingClock",
     "budget_schedule",
+    "fraction_spent",
     "TrainingProgress",
     "TrainingProgressCallback",
 ]

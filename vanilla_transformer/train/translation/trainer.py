@@ -66,7 +66,7 @@ from ...modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
 )
 from ...precision import use_fast_bf16_kernels
-from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback
+from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, fraction_spent
 from ..common.data import data_path
 from ..common.plots import plot_history
 from ..common.precision_record import describe_precision, mixed_precision_record
@@ -337,12 +337,7 @@ class TranslationTrainer(Seq2SeqTrainer):
         ``max_steps``, or of ``run_minutes`` if that is further along. The same on every process (the
         largest), so their learning rates, and the update the clock stops at, agree."""
         steps = (self.state.global_step + 1) / max(self.state.max_steps or self.args.max_steps, 1)
-        minutes = self.clock.scheduled_progress()
-        if self.args.world_size > 1:
-            both = torch.tensor([steps, minutes], device=self.args.device)
-            steps, minutes = self.accelerator.reduce(both, "max").tolist()
-            self.clock.last_progress = minutes
-        return max(steps, minutes)
+        return fraction_spent(self, steps, self.clock)
 
     # -- training steps and logs --------------------------------------------------------------------------
 
