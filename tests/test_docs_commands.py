@@ -14,6 +14,9 @@ from vanilla_transformer.train.classification.arguments import load_classificati
 from vanilla_transformer.train.common.recipes import parse_overrides
 from vanilla_transformer.train.translation.arguments import load_arguments
 
+# Parses the pages' text with the CLI's parser: the same on every release of the dependencies.
+pytestmark = pytest.mark.release_independent
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# How the suite behaves without a package index: the same on every release of the dependencies.
+pytestmark = pytest.mark.release_independent
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -45,7 +45,9 @@ def seq2seq_with_varied_outputs() -> VanillaTransformerForConditionalGeneration:
     return model
 
 
-def test_onnx_greedy_loop_reproduces_generate(tmp_path):
+@pytest.fixture(scope="module")
+def exported_seq2seq(tmp_path_factory):
+    """A seq2seq model whose rows end at different steps, and its three graphs (one export, ~20 s, shared)."""
     model = seq2seq_with_varied_outputs()
     ids, mask = padded_batch(4, 9, seed=1)
     reference = model.generate(
@@ -53,6 +55,14 @@ def test_onnx_greedy_loop_reproduces_generate(tmp_path):
     )
     # Declare a token the model does produce mid-sequence the EOS, so rows finish at different steps.
     model.generation_config.eos_token_id = model.config.eos_token_id = int(reference[1, 4])
+    folder = tmp_path_factory.mktemp("onnx-seq2seq")
+    files = export_onnx(model, folder)
+    return model, folder, files
+
+
+def test_onnx_greedy_loop_reproduces_generate(exported_seq2seq):
+    model, folder, files = exported_seq2seq
+    ids, mask = padded_batch(4, 9, seed=1)
     expected = model.generate(
         input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=12
     )
@@ -60,22 +70,20 @@ def test_onnx_greedy_loop_reproduces_generate(tmp_path):
         {tuple(row) for row in expected.tolist()}
     ) > 1
 
-    files = export_onnx(model, tmp_path)
     assert [path.name for path in files] == list(SEQ2SEQ_FILES)
-    tokens = OnnxSeq2Seq(tmp_path).generate(ids.numpy(), mask.numpy(), max_new_tokens=12)
+    tokens = OnnxSeq2Seq(folder).generate(ids.numpy(), mask.numpy(), max_new_tokens=12)
     np.testing.assert_array_equal(tokens, expected.numpy())
     # min_new_tokens as generate() has it: EOS is refused until then (the benchmark's fixed-length rows).
     at_least = model.generate(
         input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=12, min_new_tokens=8
     )
-    tokens = OnnxSeq2Seq(tmp_path).generate(ids.numpy(), mask.numpy(), max_new_tokens=12, min_new_tokens=8)
+    tokens = OnnxSeq2Seq(folder).generate(ids.numpy(), mask.numpy(), max_new_tokens=12, min_new_tokens=8)
     np.testing.assert_array_equal(tokens, at_least.numpy())
 
 
-def test_onnx_decoder_steps_match_pytorch_logits(tmp_path):
-    model = seq2seq_with_varied_outputs()
-    export_onnx(model, tmp_path)
-    runner = OnnxSeq2Seq(tmp_path)
+def test_onnx_decoder_steps_match_pytorch_logits(exported_seq2seq):
+    model, folder, _ = exported_seq2seq
+    runner = OnnxSeq2Seq(folder)
     ids, mask = padded_batch(2, 13, seed=2)
     targets = torch.tensor([[1, 5, 9, 17], [1, 23, 4, 8]])
     expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=targets).logits.detach().numpy()
