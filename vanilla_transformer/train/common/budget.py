@@ -135,11 +135,19 @@ class BudgetedTrainer(Trainer):
             return super().create_scheduler(num_training_steps, optimizer)
         if self.lr_scheduler is None:
             warmup, steps = self.args.warmup_steps, max(num_training_steps, 1)
-            self.lr_scheduler = LambdaLR(
-                optimizer or self.optimizer,
-                # self.clock, not the clock of now: restore_callback_states_from_checkpoint replaces it.
-                lambda step: budget_schedule(step, fraction_spent(self, step / steps, self.clock), warmup),
-            )
+            # LambdaLR asks once per parameter group (the Trainer's decayed and undecayed ones): the budget
+            # is read once an update, so both groups get the same rate and several processes reduce once.
+            rates: dict[int, float] = {}
+
+            def factor(step: int) -> float:
+                if step not in rates:
+                    # self.clock, not the clock of now: restore_callback_states_from_checkpoint replaces it.
+                    spent = fraction_spent(self, step / steps, self.clock)
+                    rates.clear()
+                    rates[step] = budget_schedule(step, spent, warmup)
+                return rates[step]
+
+            self.lr_scheduler = LambdaLR(optimizer or self.optimizer, factor)
             self._created_lr_scheduler = True
         return self.lr_scheduler
 
