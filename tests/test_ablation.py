@@ -15,6 +15,11 @@ from vanilla_transformer.train.translation import ablation
 from vanilla_transformer.train.translation.arguments import load_arguments
 from vanilla_transformer.train.translation.data import prepare_data
 
+# Run once (.ci/run): the rows train, save and score through the translation trainer, whose use of
+# accelerate, transformers and datasets tests/test_training.py checks at both ends of the ranges; what is
+# tested here is the command's own work (rows, budgets, resumption, the table and its plot).
+pytestmark = pytest.mark.newest_only
+
 TINY_RECIPE = """
 dataset: synthetic
 synthetic_train_size: 160

@@ -92,6 +92,7 @@ def _read_line(stream, timeout: float) -> bytes:
     return stream.readline()
 
 
+@pytest.mark.newest_only  # the command's streaming, in its own process; its decoding is the tests' above
 def test_a_pipe_gets_each_translation_before_its_input_closes(folder):
     """``translate`` in its own process on a pipe that stays open: each line's translation comes back
     while the command still waits for more input."""

@@ -51,6 +51,7 @@ def translate_file(model, lines, folder: Path, *options: str) -> list[str]:
 # -- the installed console script: standard input to standard output ----------------------------------------
 
 
+@pytest.mark.newest_only  # the script's own I/O; translate runs at both ends in tests/test_cli.py
 def test_the_console_script_translates_standard_input_to_standard_output(translation_folder, tmp_path):
     """The script pip installed (pyproject's [project.scripts]), in a fresh process: one output line per
     input line (a blank line stays blank), the lines `--input/--output` files give, exit status 0."""
@@ -73,6 +74,7 @@ def test_the_console_script_translates_standard_input_to_standard_output(transla
     assert printed == translate_file(translation_folder, LINES, tmp_path, "--batch-size", "2")
 
 
+@pytest.mark.newest_only  # the command's handling of a closed pipe, in its own process
 def test_a_reader_that_stops_early_ends_translate_quietly(translation_folder):
     """`translate ... | head -n 1`: the first translation arrives, then the command stops without an error
     (Python's default is a "Broken pipe" traceback or error line once the reader has gone)."""
@@ -202,6 +204,7 @@ def minutes_study(tmp_path_factory):
     return folder, commands
 
 
+@pytest.mark.newest_only  # ablate's orchestration, as tests/test_ablation.py
 def test_minutes_per_row_trains_every_row_for_the_same_minutes(minutes_study):
     folder, commands = minutes_study
     runs = folder / "runs"
@@ -222,6 +225,7 @@ def test_minutes_per_row_trains_every_row_for_the_same_minutes(minutes_study):
         assert row["updates"] == results["updates"] > 1
 
 
+@pytest.mark.newest_only  # ablate's orchestration, as tests/test_ablation.py
 def test_collect_measures_the_trained_rows_and_writes_the_table_without_training(
     minutes_study, tmp_path, monkeypatch, capsys
 ):
@@ -364,6 +368,7 @@ def test_the_space_entry_serves_the_folder_beside_app_py_or_the_one_the_environm
 # -- export-ct2 --force ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.newest_only  # CTranslate2 is not pinned, as tests/test_ctranslate2.py
 def test_export_ct2_replaces_an_existing_export_only_with_force(tmp_path, tokenizer):
     """A second export into the same folder is refused (the first export still translates as before);
     with --force it replaces the folder: the old files are gone and it translates as the new model does."""

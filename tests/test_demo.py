@@ -32,6 +32,11 @@ from vanilla_transformer.demo import launch, load_for_demo, translate
 
 # Found on PATH, as .ci/run looks for them (`command -v`) before installing Debian's packages.
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+# Run once (.ci/run): Gradio, selenium and Chromium are not pinned, so both stages would drive the same
+# ones; the model side is the folders' pipelines (tests/test_pipelines_trainer.py) and the upload is
+# push_to_hub (tests/test_hub.py), both checked at both ends of the ranges.
+pytestmark = pytest.mark.newest_only
+
 SENTENCES = CORPUS[:4]  # English: the tiny model learns to copy them
 IMAGES = ["vt-encoder-attention", "vt-decoder-attention", "vt-cross-attention"]
 VIRIDIS_TOP = (253, 231, 37)  # matplotlib's viridis at 1.0, the top of every picture's colour bar
