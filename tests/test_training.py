@@ -819,3 +819,20 @@ def test_a_greedy_recipe_saves_a_valid_greedy_generation_config(tmp_path):
     )
     with pytest.raises(ValueError, match="num_beams"):
         run(tmp_path, "none", max_steps=1, num_beams=0)
+
+
+def test_validation_bleu_over_several_batches_logs_no_generation_warning(tmp_path):
+    """Seq2SeqTrainer fills the generation config with transformers' defaults after each validation batch
+    (``max_length`` 20 among them), which is no bound of ours: the later batches are bounded by §6.1's
+    source length + 50 alone, and generate() does not warn on each of them that both bounds are set (it
+    did on transformers 5.24, a line per batch of every validation in a training log)."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as transformers_logging
+
+    generation = transformers_logging.get_logger("transformers.generation.utils")
+    with CaptureLogger(generation) as captured:
+        results, _ = run(
+            tmp_path, "run", max_steps=2, eval_steps=2, eval_bleu_samples=6, per_device_eval_batch_size=2
+        )
+    assert [row["step"] for row in results["history"]] == [2]  # one validation: 3 batches of 2 sentences
+    assert "seem to have been set" not in captured.out

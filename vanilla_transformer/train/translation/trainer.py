@@ -63,6 +63,7 @@ from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import (
     PAPER_LENGTH_PENALTY,
     PAPER_NUM_BEAMS,
+    UNSET_MAX_LENGTH,
     VanillaTransformerForConditionalGeneration,
 )
 from ...precision import use_fast_bf16_kernels
@@ -451,7 +452,15 @@ class TranslationTrainer(Seq2SeqTrainer):
         """Seq2SeqTrainer's step (generation for BLEU); for the validation loss, each sentence's
         label-smoothed loss summed over its target tokens and its token count, as the "logits"."""
         if not self.scoring_tokens:
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
+            step = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
+            # After each batch Seq2SeqTrainer fills the generation config (evaluate()'s copy) with
+            # transformers' defaults, max_length 20 among them: no bound of ours (the next batch is bounded
+            # by its source + 50, see generate()), but generate() would warn on every later batch that both
+            # max_length and that bound are set. The default goes; the step has padded its tokens with it.
+            config = self.model.generation_config
+            if config.max_length == UNSET_MAX_LENGTH and config.max_new_tokens is None:
+                config.max_length = None
+            return step
         inputs = self._prepare_inputs(inputs)
         labels = inputs["labels"]
         with torch.no_grad(), self.compute_loss_context_manager():
