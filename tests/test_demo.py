@@ -86,7 +86,7 @@ def serve(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(tmp_path_factory):
     missing = [
         name for name, path in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER)) if path is None
     ]
@@ -102,7 +102,9 @@ def browser():
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1300"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    # Chromium's profile folders (org.chromium.Chromium.*) go under pytest's temporary folders, not /tmp.
+    env = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER, env=env), options=options)
     yield driver
     driver.quit()
 

@@ -74,7 +74,7 @@ def test_fsdp2_sharded_training_saves_full_weights_that_load_in_a_fresh_process(
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)},  # torchelastic_* logs go there
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sharded:" in done.stdout

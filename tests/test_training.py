@@ -509,7 +509,8 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, pr
     reference.update(mixed_precision=precision, use_cpu=True, gradient_accumulation_steps=2)
     run(tmp_path, "one", model=model, **reference)
     assert "2 batch(es) x 1 process(es)" in capsys.readouterr().out
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    # TMPDIR: torch.distributed's log folders (torchelastic_*) go under the test's folder, not /tmp.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)}
     launch = [
         sys.executable,
         "-m",
