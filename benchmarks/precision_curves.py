@@ -1,4 +1,5 @@
-"""Validation BLEU of translation runs that differ only in precision, against updates and minutes.
+"""Validation BLEU of translation runs that differ in one setting (by default: precision), against updates
+and minutes.
 
     VT_DATA_DIR=../shared/data vanilla-transformer train --recipe training/configs/multi30k_de_en.yaml \
         --set mixed_precision=no --set max_steps=1200 --set run_minutes=null --set eval_steps=300 \
