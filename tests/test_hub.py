@@ -257,9 +257,9 @@ print(json.dumps({"torch": torch.__version__, "transformers": transformers.__ver
 """
 
 
-# The installed release and the oldest declared one, once where they are the same release: CI's oldest stage
-# has 5.17.0 installed and declares 5.17, and reuses the first stage's virtualenv for 5.17 (named as declared)
-# instead of building a second one under the other spelling.
+# The installed release and the oldest declared one, once where they are the same release spelled two ways
+# (CI's oldest stage installs X.Y.0 where pyproject.toml declares X.Y): one test, in the virtualenv the first
+# stage built under the declared spelling, not a second virtualenv under the other.
 TRANSFORMERS_VERSIONS = sorted(
     {Version(v): v for v in (transformers.__version__, oldest_supported_transformers())}.values(), key=Version
 )
