@@ -4,6 +4,7 @@ cache and a compiled forward gives eager's tokens (the speed-up is measured by `
 
 import copy
 
+import pytest
 import torch
 from conftest import random_ids, tiny_config
 
@@ -18,6 +19,8 @@ def varied_seq2seq() -> VanillaTransformerForConditionalGeneration:
     return model
 
 
+# Once: it exercises torch alone, the same release in both of CI's stages (the CPU build on the machine's disk).
+@pytest.mark.newest_only
 def test_compiled_training_step_matches_eager_losses():
     eager = VanillaTransformerForConditionalGeneration(tiny_config()).train()  # dropout 0: deterministic
     compiled_model = copy.deepcopy(eager)

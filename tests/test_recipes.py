@@ -205,6 +205,9 @@ def test_the_default_tracker_is_tensorboard_only_where_it_is_installed(monkeypat
     assert training.report_to == expected
 
 
+# Once: the recipe's own settings. Its data layout's load_dataset call and the training it runs are
+# tests/test_training.py's, at both ends of the ranges.
+@pytest.mark.newest_only
 def test_the_wmt14_base_recipe_states_the_papers_setup_and_runs_three_updates_on_its_layout(tmp_path):
     """``wmt14_en_de_base.yaml`` is the paper's experiment (base model, shared 37k BPE, ~25k target tokens
     an update, Eq. 3 with warmup 4,000, 100k updates, the last 5 checkpoints averaged, beam 4 alpha 0.6,

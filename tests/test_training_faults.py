@@ -89,9 +89,23 @@ def _flip_a_bit(path, offset=-50):
     ("hurt", "named"),
     [
         (lambda c: _truncate(c / "model.safetensors"), "model.safetensors has 100 bytes"),
-        (lambda c: _flip_a_bit(c / "model.safetensors"), "model.safetensors has changed since it was saved"),
-        (lambda c: _truncate(c / "optimizer.pt"), "optimizer.pt has 100 bytes"),
-        (lambda c: (c / "trainer_state.json").write_text("{broken"), "trainer_state.json has"),
+        # Once, the other damages: the check that finds them is the package's own, and the resume that
+        # follows is the same library calls as above, which run at both ends of the ranges.
+        pytest.param(
+            lambda c: _flip_a_bit(c / "model.safetensors"),
+            "model.safetensors has changed since it was saved",
+            marks=pytest.mark.newest_only,
+        ),
+        pytest.param(
+            lambda c: _truncate(c / "optimizer.pt"),
+            "optimizer.pt has 100 bytes",
+            marks=pytest.mark.newest_only,
+        ),
+        pytest.param(
+            lambda c: (c / "trainer_state.json").write_text("{broken"),
+            "trainer_state.json has",
+            marks=pytest.mark.newest_only,
+        ),
     ],
     ids=["truncated-weights", "bit-flipped-weights", "truncated-optimizer", "broken-trainer-state"],
 )
