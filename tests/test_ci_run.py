@@ -24,8 +24,10 @@ def _cleanup_function() -> str:
 
 
 def _run(
-    tmp_path, background: str, exit_code: int, wait: bool
+    tmp_path, background: str, exit_code: int, wait: bool, job: str = "oldest_install"
 ) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """``background`` runs as .ci/run's background install held in ``job`` (stage 2's packages or the
+    browser), then the script exits with ``exit_code``."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     marker = tmp_path / "background-finished"
@@ -34,10 +36,11 @@ def _run(
             "set -euo pipefail",
             f"scratch={scratch}",
             'oldest_install=""',
+            'browser_install=""',
             _cleanup_function(),
             f"( {background} && touch {marker} ) &",
-            "oldest_install=$!",
-            "wait $oldest_install" if wait else "true",  # .ci/run waits for it before stage 2
+            f"{job}=$!",
+            f"wait ${job}" if wait else "true",  # .ci/run waits for each before the tests that need it
             f"exit {exit_code}",
         ]
     )
@@ -52,8 +55,9 @@ def test_the_exit_status_survives_a_background_job_that_already_finished(tmp_pat
     assert marker.exists() and not scratch.exists()
 
 
-def test_a_background_job_still_running_is_stopped_and_scratch_removed(tmp_path):
-    done, scratch, marker = _run(tmp_path, "sleep 1", 0, wait=False)
+@pytest.mark.parametrize("job", ["oldest_install", "browser_install"])
+def test_a_background_job_still_running_is_stopped_and_scratch_removed(tmp_path, job):
+    done, scratch, marker = _run(tmp_path, "sleep 1", 0, wait=False, job=job)
     assert done.returncode == 0, done.stderr
     assert not scratch.exists()
     subprocess.run(["sleep", "1.5"], check=True)
