@@ -445,6 +445,7 @@ def test_evaluating_labels_outside_num_labels_is_refused(tmp_path):
         evaluate_classifier(folder, args, str(three))
 
 
+@pytest.mark.newest_only  # the script's own report, in its own process; the check is the test's above
 def test_plain_script_reports_bad_labels_by_name(tmp_path):
     tokenizer = train_bpe_tokenizer(POSITIVE + NEGATIVE, vocab_size=300, min_frequency=1)
     folder = _tiny_classifier_folder(tmp_path, tokenizer)
