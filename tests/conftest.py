@@ -49,6 +49,14 @@ def decoder_only_config(**overrides) -> VanillaTransformerConfig:
     return tiny_config(is_encoder_decoder=False, is_decoder=True, **overrides)
 
 
+def with_short_translations(model):
+    """``model`` with a saved 4-token bound past the source instead of §6.1's 50. An untrained model never
+    emits EOS, so every translation runs to the bound: where a test's subject is not the output's length
+    (the lines of a file, the pictures of a translation), the short bound keeps its decoding short."""
+    model.generation_config.max_new_tokens_over_source = 4
+    return model
+
+
 def random_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
     """Token ids that avoid the special tokens (so no accidental padding or EOS)."""
     generator = torch.Generator().manual_seed(seed)

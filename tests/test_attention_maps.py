@@ -4,7 +4,13 @@ size follows the layers, heads and tokens; the heat maps are drawn)."""
 import numpy as np
 import pytest
 import torch
-from conftest import decoder_only_config, encoder_only_config, run_without_the_package, tiny_config
+from conftest import (
+    decoder_only_config,
+    encoder_only_config,
+    run_without_the_package,
+    tiny_config,
+    with_short_translations,
+)
 from PIL import Image
 
 from vanilla_transformer import (
@@ -56,9 +62,9 @@ def test_command_writes_one_png_per_kind_of_attention(
 ):
     model = model_class(make_config()).eval()
     if model.config.is_encoder_decoder:
-        # An untrained model never ends its translation: §6.1's bound (source + 50) would give a 60-token
-        # target and pictures of 13-inch squares (20 s to draw on a 2-core EPYC); the saved bound keeps it short.
-        model.generation_config.max_new_tokens_over_source = 4
+        # §6.1's bound (source + 50) would give the untrained model a 60-token target and pictures of 13-inch
+        # squares (20 s to draw on a 2-core EPYC).
+        with_short_translations(model)
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     main(

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, with_short_translations
 from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -27,10 +27,7 @@ def folder(tmp_path_factory, tokenizer):
     folder = tmp_path_factory.mktemp("bad_text") / "model"
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
-    # An untrained model runs to its length limit: 4 tokens past the source instead of the paper's 50
-    # keeps every decoding here short (what is tested is the lines, not their length).
-    model.generation_config.max_new_tokens_over_source = 4
-    model.save_pretrained(folder)
+    with_short_translations(model).save_pretrained(folder)  # the lines are the subject, not their length
     tokenizer.save_pretrained(folder)
     return folder
 

@@ -19,7 +19,7 @@ def varied_seq2seq() -> VanillaTransformerForConditionalGeneration:
     return model
 
 
-# Once: it exercises torch alone, the same release in both of CI's stages (the CPU build on the machine's disk).
+# Once: it exercises torch alone, the same release in both of CI's stages (the CPU build on the disk).
 @pytest.mark.newest_only
 def test_compiled_training_step_matches_eager_losses():
     eager = VanillaTransformerForConditionalGeneration(tiny_config()).train()  # dropout 0: deterministic
