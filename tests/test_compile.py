@@ -19,7 +19,9 @@ def varied_seq2seq() -> VanillaTransformerForConditionalGeneration:
     return model
 
 
-# Once: it exercises torch alone, the same release in both of CI's stages (the CPU build on the disk).
+# Once: the model's forward under torch.compile, transformers' mask builders included, is compiled at both
+# ends of the ranges by test_static_cache_compiled_generate_gives_eager_tokens (fullgraph); what this test
+# adds, the compiled backward and Adam, is torch's, the same release in both of CI's stages.
 @pytest.mark.newest_only
 def test_compiled_training_step_matches_eager_losses():
     eager = VanillaTransformerForConditionalGeneration(tiny_config()).train()  # dropout 0: deterministic
