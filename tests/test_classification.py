@@ -221,16 +221,6 @@ def assert_draws_confusion_matrix(path: Path, confusion: list[list[int]]) -> Non
         np.testing.assert_allclose(picture[y, x], colours[row, column], atol=6, err_msg=f"cell {row, column}")
 
 
-@pytest.mark.parametrize(
-    ("key", "named"), [("max_minutes", "`session_minutes`"), ("time_budget_minutes", "`run_minutes`")]
-)
-def test_renamed_budget_settings_are_refused_naming_the_new_ones(tmp_path, key, named):
-    """One name per budget in both tasks: the run's (``run_minutes``) and this invocation's
-    (``session_minutes``); the old keys are refused with the new names, before any work."""
-    with pytest.raises(ValueError, match=rf"--set: `{key}` .*{named}"):
-        arguments(tmp_path, **{key: 5})
-
-
 def test_session_minutes_stops_training_and_saves_a_checkpoint(tmp_path):
     args, training = arguments(tmp_path, session_minutes=0, output_dir=str(tmp_path / "trainer"))
     results = train_classifier(args, training)
@@ -371,7 +361,7 @@ def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
 
 def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     """Stopped after its first update (``session_minutes: 0`` saves a checkpoint), the masked-LM pre-training
-    run started again in the same folder continues from that checkpoint (the Trainer's own resume): from
+    run started again in the same folder with ``resume: auto`` continues from that checkpoint (the Trainer's own resume): from
     its weights, at update 2, with the learning rates of an uninterrupted run.
 
     Its losses are not the uninterrupted run's: the Trainer fetches the first resumed batch before it
@@ -389,14 +379,17 @@ def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     folder = tmp_path / "interrupted"
     torch.manual_seed(0)
     first = record_training(monkeypatch)
-    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), session_minutes=0, **common))
+    # The same command both times, as a scheduler requeues it: resume: auto starts the run, then continues it.
+    pretrain(
+        *arguments(tmp_path, "pretrain", run_dir=str(folder), session_minutes=0, resume="auto", **common)
+    )
     monkeypatch.undo()
     assert first.losses == pytest.approx({1: straight.losses[1]}, abs=1e-6)  # the same run, so far
     (checkpoint,) = (folder / "trainer-pretrain").glob("checkpoint-*")
     assert checkpoint.name == "checkpoint-1"
 
     resumed = record_training(monkeypatch)
-    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), **common))
+    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), resume="auto", **common))
     assert sorted(resumed.losses) == steps[1:]  # update 1 is not done again, and the run ends where it did
     assert [resumed.rates[step] for step in steps[1:]] == pytest.approx(
         [straight.rates[step] for step in steps[1:]], rel=1e-6

@@ -1,4 +1,4 @@
-"""Commands no other test ran (issue #31, item 9), each end to end on a tiny model: the installed
+"""Commands no other test ran, each end to end on a tiny model: the installed
 `vanilla-transformer` script translating standard input to standard output, `train` + `evaluate` from a
 recipe naming JSON Lines or parallel text files, `ablate --minutes-per-row` and `ablate --collect`, the
 demo's causal-LM page and the entry a Space runs (`main` / `default_model`), and `export-ct2 --force`."""
@@ -23,7 +23,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForCausalLM, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.translation.checkpoints import latest_checkpoint
+from vanilla_transformer.train.common.checkpoints import latest_checkpoint
 from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
 LINES = [CORPUS[0], CORPUS[1], "", CORPUS[4], CORPUS[2]]  # --batch-size 2: chunks of 2, 2 and 1
@@ -370,8 +370,9 @@ def test_the_space_entry_serves_the_folder_beside_app_py_or_the_one_the_environm
 
 @pytest.mark.newest_only  # CTranslate2 is not pinned, as tests/test_ctranslate2.py
 def test_export_ct2_replaces_an_existing_export_only_with_force(tmp_path, tokenizer):
-    """A second export into the same folder is refused (the first export still translates as before);
-    with --force it replaces the folder: the old files are gone and it translates as the new model does."""
+    """A second export into the same folder is refused (the first export still translates as before); with
+    --force it replaces the folder, swapped in whole, and translates as the new model does. A file the user
+    added to the export is never deleted: --force is refused, naming it."""
     pytest.importorskip(
         "ctranslate2",
         reason='the optional CTranslate2 engine: pip install "vanilla-transformer[ctranslate2]"',
@@ -390,20 +391,23 @@ def test_export_ct2_replaces_an_existing_export_only_with_force(tmp_path, tokeni
 
     def translations(folder) -> list[str]:
         return translate_file(
-            folder, CORPUS[:3], tmp_path / "work", "--engine", "ctranslate2", "--beams", "1"
+            folder, CORPUS[:3], tmp_path / "work", "--engine", "ctranslate2", "--beams", "1", "--force"
         )
 
     main(["export-ct2", "--model", str(models[0]), "--output", str(output)])
     first = translations(output)
-    with pytest.raises(SystemExit, match=rf"^error: {re.escape(str(output))} already exists"):
+    with pytest.raises(SystemExit, match=rf"^error: {re.escape(str(output))} holds an earlier `export-ct2`"):
         main(["export-ct2", "--model", str(models[1]), "--output", str(output)])
     assert translations(output) == first
 
-    (output / "stale.txt").write_text("left by an earlier export")
+    (output / "notes.txt").write_text("the user's own")
+    with pytest.raises(SystemExit, match=r"holds files `export-ct2` did not write \(notes.txt\)"):
+        main(["export-ct2", "--model", str(models[1]), "--output", str(output), "--force"])
+    (output / "notes.txt").unlink()
     main(["export-ct2", "--model", str(models[1]), "--output", str(output), "--force"])
-    assert not (output / "stale.txt").exists()
     assert {"model.bin", "tokenizer.json", "generation_config.json"} <= {
         path.name for path in output.iterdir()
     }
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ct2", "model0", "model1", "work"]
     fresh = export_ctranslate2(models[1], tmp_path / "fresh")
     assert translations(output) == translations(fresh) != first

@@ -16,8 +16,8 @@ from test_training import TINY_MODEL, TINY_RUN
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.translation import checkpoints as checkpoint_module
-from vanilla_transformer.train.translation.checkpoints import (
+from vanilla_transformer.train.common import checkpoints as checkpoint_module
+from vanilla_transformer.train.common.checkpoints import (
     STATE_FILE,
     checkpoint_dirs,
     checkpoint_step,

@@ -1,4 +1,4 @@
-"""Issue 18: the sentiment classifier as users run it. Validation held out of the training file, the
+"""The sentiment classifier as users run it. Validation held out of the training file, the
 long-text strategy that travels with a saved folder (pipeline = `classify evaluate`), resuming masked-LM
 pre-training without a tied-weight warning, Korean data, and ELECTRA pre-training."""
 
@@ -104,7 +104,9 @@ def test_validation_runs_hold_out_whole_subjects_with_the_label_balance(tmp_path
             rows += [{"text": f"movie {label}-{movie} review {k}", "label": label} for k in range(10)]
     rows.append(dict(rows[5]))  # a repeated review
     train_file = write_jsonl(tmp_path / "train.jsonl.gz", rows)
-    args, training = arguments(tmp_path, train_file=str(train_file), validation_size=80, validation_runs=4)
+    args, training = arguments(
+        tmp_path, train_file=str(train_file), test_file="null", validation_size=80, validation_runs=4
+    )
     data = load_labelled(args, args.train_file)
 
     def movie(text):
@@ -346,7 +348,7 @@ def test_resuming_masked_lm_pretraining_warns_of_no_missing_tied_weight(tmp_path
     transformers_logging.set_verbosity_info()
     logger.addHandler(records)
     try:
-        folder = pretrain(*arguments(tmp_path, "pretrain", **values))
+        folder = pretrain(*arguments(tmp_path, "pretrain", resume="true", **values))
     finally:
         logger.removeHandler(records)
         transformers_logging.set_verbosity(verbosity)
@@ -668,7 +670,7 @@ def test_electra_pretraining_resumes_as_if_never_stopped(tmp_path):
     args, training = electra_arguments(resumed_dir, max_steps=6, session_minutes=0)
     pretrain(args, training)  # one update, then a checkpoint
     saved = json.loads((Path(training.output_dir) / "checkpoint-1" / "trainer_state.json").read_text())
-    args, training = electra_arguments(resumed_dir, max_steps=6)
+    args, training = electra_arguments(resumed_dir, max_steps=6, resume="true")
     pretrain(args, training)
     resumed = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())["log_history"]
     assert resumed[0] == saved["log_history"][0]  # the first update is the first invocation's, not redone
@@ -694,8 +696,8 @@ def test_budget_schedule_warms_up_then_reaches_zero_at_the_budget():
 def test_time_budget_ends_pretraining_with_the_learning_rate_at_zero(tmp_path):
     """`run_minutes`: each update's learning rate follows the budget schedule of the minutes
     trained so far, training stops (with a checkpoint) once it reaches zero, right at the budget, and
-    running the command again goes on from the minutes the checkpoint recorded (the budget counts every
-    invocation): one more update, at learning rate zero."""
+    running the same command again (``resume: auto``) finds the run finished (the budget counts every
+    invocation) and trains nothing more: refused, the log as it was."""
     budget, peak = 0.05, 0.001  # minutes; learning rate (logged: the rate an update ran at)
     values = dict(max_steps=100000, run_minutes=budget, save_strategy="no", learning_rate=peak)
     args, training = electra_arguments(tmp_path, **values)
@@ -712,11 +714,10 @@ def test_time_budget_ends_pretraining_with_the_learning_rate_at_zero(tmp_path):
     checkpoints = sorted(Path(training.output_dir).glob("checkpoint-*"))
     assert [path.name for path in checkpoints] == [f"checkpoint-{rows[-1]['step']}"]
 
-    pretrain(*electra_arguments(tmp_path, **values))  # again: the budget is spent
+    with pytest.raises(ValueError, match=r"holds a finished run .*nothing is left to train"):
+        pretrain(*electra_arguments(tmp_path, resume="auto", **values))  # again: the budget is spent
     again = [row for row in json.loads(log_file.read_text())["log_history"] if "loss" in row]
-    assert again[: len(rows)] == rows and len(again) == len(rows) + 1
-    assert again[-1]["elapsed_minutes"] > rows[-1]["elapsed_minutes"]
-    assert again[-1]["learning_rate"] == 0.0  # the last update of the budget left the rate at zero
+    assert again == rows
 
 
 def _fine_tuning_log(tmp_path, **values) -> list[dict]:

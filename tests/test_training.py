@@ -1,4 +1,5 @@
-"""Translation training pieces (issue: train the paper's way) on tiny data the tests make."""
+"""Translation training the paper's way (token batches, Eq. 3, label smoothing, checkpoint averaging,
+BLEU validation) on tiny data the tests make."""
 
 import gzip
 import json
@@ -20,17 +21,12 @@ from vanilla_transformer import PRESETS, VanillaTransformerForConditionalGenerat
 from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
 from vanilla_transformer.train.common.budget import TrainingClock
+from vanilla_transformer.train.common.checkpoints import STATE_FILE, checkpoint_dirs, latest_checkpoint
 from vanilla_transformer.train.common.recipes import parse_overrides, parse_yaml
 from vanilla_transformer.train.translation.ablation import read_study
 from vanilla_transformer.train.translation.arguments import SYNTHETIC_MODEL, load_arguments
+from vanilla_transformer.train.translation.averaging import average_checkpoints, spaced_checkpoints
 from vanilla_transformer.train.translation.batching import TokenBudgetBatchSampler
-from vanilla_transformer.train.translation.checkpoints import (
-    STATE_FILE,
-    average_checkpoints,
-    checkpoint_dirs,
-    latest_checkpoint,
-    spaced_checkpoints,
-)
 from vanilla_transformer.train.translation.data import prepare_data
 from vanilla_transformer.train.translation.schedule import (
     cooldown_factor,
@@ -360,28 +356,6 @@ def test_session_minutes_stops_the_invocation_and_resume_finishes_the_run(tmp_pa
     assert finished["updates"] == 4 and "test" in finished
     expected, got = logged_losses(straight), logged_losses(folder)
     assert [got[s] for s in (1, 2, 3, 4)] == pytest.approx([expected[s] for s in (1, 2, 3, 4)], abs=1e-6)
-
-
-@pytest.mark.parametrize(
-    ("key", "named"),
-    [
-        ("max_minutes", "`run_minutes`"),
-        ("time_budget_minutes", "`run_minutes`"),
-        # translation's own names before it trained on Seq2SeqTrainer: the trainer's keys now
-        ("eval_every", "`eval_steps`"),
-        ("save_every", "`save_steps`"),
-        ("log_every", "`logging_steps`"),
-        ("eval_batch_size", "`per_device_eval_batch_size`"),
-        ("keep_last", "`save_total_limit`"),
-    ],
-)
-def test_renamed_settings_are_refused_naming_the_new_ones(tmp_path, key, named):
-    recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(f"{key}: 10\n")
-    with pytest.raises(ValueError, match=rf"recipe.yaml: `{key}` .*{named}"):
-        load_arguments(str(recipe))
-    with pytest.raises(ValueError, match=rf"--set: `{key}` .*{named}"):
-        load_arguments(None, {key: 10})
 
 
 def test_a_recipe_sets_the_trainers_switches_by_their_transformers_names(tmp_path):
@@ -749,7 +723,11 @@ def test_recipes_read_yaml_1_2_scalars(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("lr_scale: 3e-1\nsource_lang: no\nresume: true\n")  # no: Norwegian, not false
     args = load_arguments(str(recipe))
-    assert (args.lr_scale, args.source_lang, args.resume) == (0.3, "no", True)
+    assert (args.lr_scale, args.source_lang, args.resume) == (
+        0.3,
+        "no",
+        "true",
+    )  # resume: true | false | auto
 
 
 def test_committed_recipes_parse(tokenizer):

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.checkpoints import average_checkpoints, spaced_checkpoints
+from vanilla_transformer.train.translation.averaging import average_checkpoints, spaced_checkpoints
 from vanilla_transformer.train.translation.data import prepare_data
 from vanilla_transformer.train.translation.evaluation import evaluate_folder
 

@@ -1,28 +1,33 @@
 """The ``vanilla-transformer`` command: thin wrappers that parse arguments and call the library.
 
 vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set model.field=value ...]
-vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE]
-vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16]
-vanilla-transformer average CHECKPOINT [CHECKPOINT ...] [--last N] --output DIR
+vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE] [--force]
+vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16]
+vanilla-transformer average CHECKPOINT [CHECKPOINT ...] [--last N] --output DIR [--force]
 vanilla-transformer ablate [--recipe STUDY.yaml] [--rows A,C] [--minutes-per-row N] [--output DIR] [--print-commands | --collect]
-vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR]
-vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H]
+vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR] [--force]
+vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code]
 vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...] [--model DIR] [--file FILE] [--split test|validation]
-vanilla-transformer export-onnx --model DIR --output DIR
+vanilla-transformer export-onnx --model DIR --output DIR [--force]
 vanilla-transformer export-ct2 --model DIR --output DIR [--quantization TYPE] [--force]
 vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr] [--message TEXT] [--token TOKEN] [--with-demo]
 
 (``tests/test_cli.py`` holds these lines to the parser: every command and option named here exists.)
+
+What a command writes is checked before it starts (``outputs.py``): never an input, a model, a training run
+or a folder holding anything else; ``--force`` replaces only the same command's own earlier output.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
+from .train.common.preemption import RunInterrupted
 from .train.common.recipes import parse_overrides
 
 
@@ -34,44 +39,73 @@ def cmd_train(options) -> None:
 
 
 def cmd_evaluate(options) -> None:
+    import contextlib
+
     from .loading import check_model_folder
+    from .outputs import file_output
     from .train.common.data import data_path
     from .train.translation.arguments import load_arguments
-    from .train.translation.data import prepare_data
+    from .train.translation.data import check_split, prepare_data
     from .train.translation.evaluation import evaluate_folder
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
-    check_model_folder(options.model)  # a bad folder is refused before the data is read
-    split = prepare_data(args)[options.split]
+    check_split(args, options.split)  # a split the data lacks is named, with those it has, before any work
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
-    references = data_path(args.tokenized_test_references, args.data_dir) if options.split == "test" else None
-    scores, samples = evaluate_folder(
-        options.model, split, args, output, references, options.beams, options.length_penalty
-    )
-    for source, hypothesis, reference in samples:
-        print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
-    report = {"split": options.split, "sentences": len(split), **scores}
-    print(json.dumps(report, indent=2))
     scores_file = output.with_name(f"{options.split}_scores.json")
-    scores_file.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if output.name == scores_file.name:
+        raise ValueError(f"{output} is where the scores go; --output names the hypotheses' file.")
+    references = data_path(args.tokenized_test_references, args.data_dir) if options.split == "test" else None
+    inputs = [options.model, options.recipe, references, *_data_files(args)]
+    with contextlib.ExitStack() as staged:  # both outputs checked before any work, published when complete
+        hypotheses = staged.enter_context(file_output(output, "evaluate", inputs, options.force))
+        scores_staged = staged.enter_context(file_output(scores_file, "evaluate", inputs, options.force))
+        check_model_folder(options.model)  # a bad folder is refused before the data is read
+        data = prepare_data(args)
+        check_split(args, options.split, data)  # where the splits were known only once read (a Hub data set)
+        split = data[options.split]
+        scores, samples = evaluate_folder(
+            options.model, split, args, hypotheses, references, options.beams, options.length_penalty
+        )
+        for source, hypothesis, reference in samples:
+            print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
+        report = {"split": options.split, "sentences": len(split), **scores}
+        print(json.dumps(report, indent=2))
+        scores_staged.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     print(f"Hypotheses written to {output}, scores to {scores_file}")
+
+
+def _data_files(args) -> list[str]:
+    """The local files a recipe's splits are read from (a text layout's ``<prefix>.<lang>`` pairs)."""
+    from .train.common.data import data_path
+
+    files = [
+        data_path(getattr(args, f"{split}_file"), args.data_dir) for split in ("train", "validation", "test")
+    ]
+    if args.dataset == "text":
+        return [f"{file}.{lang}" for file in files if file for lang in (args.source_lang, args.target_lang)]
+    return [file for file in files if file]
 
 
 def cmd_translate(options) -> None:
     """Translate as the input arrives: a chunk of lines is read, translated, written and flushed before the
     next is read, so memory stays flat however long the input, and a pipe or a terminal gets each
     translation while its input is still open. The input is read as UTF-8 (an invalid byte is an error
-    naming the line and column); empty input writes nothing."""
+    naming the line and column); empty input writes nothing. An ``--output`` file is checked before the
+    model loads and written beside its place, then renamed into it once complete (``outputs.file_output``)."""
     import contextlib
+
+    from .outputs import file_output
 
     where = options.input or "<stdin>"
     with contextlib.ExitStack() as files:
+        inputs = [options.model, options.input]
+        staged = options.output and files.enter_context(
+            file_output(options.output, "translate", inputs, options.force)
+        )
         source = files.enter_context(open(options.input, "rb")) if options.input else sys.stdin.buffer
         engine = _ctranslate2_translator if options.engine == "ctranslate2" else _pytorch_translator
         translate = engine(options)  # the model loads before the first line is read
-        output = (
-            files.enter_context(open(options.output, "w", encoding="utf-8")) if options.output else sys.stdout
-        )
+        output = files.enter_context(open(staged, "w", encoding="utf-8")) if staged else sys.stdout
         count = 0  # chunks of 16 batches: translate() sorts a chunk's lines by length into its batches
         for lines in _line_chunks(source, where, size=16 * max(options.batch_size, 1)):
             output.write("".join(f"{text}\n" for text in translate(lines)))
@@ -162,7 +196,9 @@ def _ctranslate2_translator(options):
 
 
 def cmd_average(options) -> None:
-    from .train.translation.checkpoints import average_checkpoints, checkpoint_dirs
+    from .outputs import folder_output
+    from .train.common.checkpoints import checkpoint_dirs
+    from .train.translation.averaging import average_checkpoints
 
     folders = list(options.checkpoints)
     if options.last:
@@ -174,8 +210,16 @@ def cmd_average(options) -> None:
         ]
         if not folders:
             raise SystemExit(f"No checkpoints found under {run}.")
-    output = average_checkpoints(folders, options.output)
-    print(f"Averaged {len(folders)} checkpoints into {output}")
+    # The folders read: a run folder named without --last stands for its model/ (as average_checkpoints reads).
+    inputs = [
+        folder / "model"
+        if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file()
+        else folder
+        for folder in map(Path, folders)
+    ]
+    with folder_output(options.output, "average", inputs, options.force) as staging:
+        average_checkpoints(folders, staging)
+    print(f"Averaged {len(folders)} checkpoints into {options.output}")
 
 
 def cmd_ablate(options) -> None:
@@ -194,20 +238,32 @@ def cmd_ablate(options) -> None:
 
 def cmd_attention(options) -> None:
     from .attention_maps import load_model, plot_attention
+    from .outputs import folder_output
 
-    model, tokenizer = load_model(options.model)
-    for path in plot_attention(model, tokenizer, options.text, options.output, options.target):
-        print(f"Wrote {path}")
+    with folder_output(options.output, "attention", [options.model], options.force) as staging:
+        model, tokenizer = load_model(options.model)
+        names = [
+            path.name for path in plot_attention(model, tokenizer, options.text, staging, options.target)
+        ]
+    for name in names:
+        print(f"Wrote {Path(options.output) / name}")
 
 
 def cmd_demo(options) -> None:
     from .demo import launch
 
     # A folder that holds no model of ours is one line here, not a served page that says so (as a Space).
-    launch(options.model, host=options.host, port=options.port, fail_on_bad_model=True)
+    launch(
+        options.model,
+        host=options.host,
+        port=options.port,
+        fail_on_bad_model=True,
+        trust_remote_code=options.trust_remote_code,
+    )
 
 
 def cmd_classify(options) -> None:
+    from .outputs import check_writable
     from .train.classification.arguments import load_classification_arguments
     from .train.classification.evaluate import evaluate_classifier
     from .train.classification.finetune import train_classifier
@@ -223,6 +279,8 @@ def cmd_classify(options) -> None:
     else:
         if not options.model:
             raise SystemExit("classify evaluate needs --model")
+        # Its report (eval_results*.json, confusion_matrix*.png) goes next to the model: writable before any work.
+        check_writable(Path(options.model) / "eval_results.json")
         metrics = evaluate_classifier(options.model, args, options.file, options.split, training.seed)
         print(json.dumps(metrics, indent=2))
 
@@ -232,11 +290,14 @@ def cmd_export_onnx(options) -> None:
 
     from .loading import load_saved_model
     from .onnx_export import export_onnx
+    from .outputs import folder_output
 
-    model = load_saved_model(options.model)
-    tokenizer = AutoTokenizer.from_pretrained(options.model) if _has_tokenizer(options.model) else None
-    for path in export_onnx(model, options.output, tokenizer):
-        print(f"Wrote {path}")
+    with folder_output(options.output, "export-onnx", [options.model], options.force) as staging:
+        model = load_saved_model(options.model)
+        tokenizer = AutoTokenizer.from_pretrained(options.model) if _has_tokenizer(options.model) else None
+        names = [path.name for path in export_onnx(model, staging, tokenizer)]
+    for name in names:
+        print(f"Wrote {Path(options.output) / name}")
 
 
 def cmd_export_ct2(options) -> None:
@@ -274,8 +335,67 @@ def cmd_push(options) -> None:
     print(f"Pushed {options.model} to {commit.commit_url}")
 
 
+# -- option values, checked where they enter: one line naming the option, exit status 2 --------------------------
+
+
+class OneLineErrors(argparse.ArgumentParser):
+    """argparse, with a bad command line refused in one line (``PROG: error: argument --batch-size: ...``)
+    instead of the whole usage block above it; ``--help`` shows the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    """A count or a size: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A real number (not nan or inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A budget: a finite number above 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    """A TCP port: 1 to 65535."""
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a port from 1 to 65535, got {value}")
+    return value
+
+
+FORCE_FOLDER = (
+    "Replace this command's own earlier output in --output (recognised by the .vanilla-transformer-output.json "
+    "it leaves there). An input, a model, a training run or a folder holding anything else is never replaced."
+)
+FORCE_FILE = (
+    "Replace an existing --output file. An input, or a file of a model or a run (config.json, weights, "
+    "tokenizer, results.json ...), is never replaced."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vanilla-transformer", description=__doc__.split("\n")[0])
+    parser = OneLineErrors(prog="vanilla-transformer", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser(
@@ -296,26 +416,36 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--recipe", help="The recipe that names the data (default: the synthetic task).")
     evaluate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     evaluate.add_argument("--split", default="test")
-    evaluate.add_argument("--beams", type=int, help="Beam size (default: the model's generation config).")
+    evaluate.add_argument(
+        "--beams", type=positive_int, help="Beam size (default: the model's generation config)."
+    )
     evaluate.add_argument(
         "--length-penalty",
-        type=float,
+        type=finite_float,
         help="Beam length penalty alpha (default: the model's generation config).",
     )
     evaluate.add_argument(
-        "--output", help="Where to write the hypotheses (default: <model>/<split>_hypotheses.txt)."
+        "--output",
+        help="Where to write the hypotheses (default: <model>/<split>_hypotheses.txt); the scores go beside "
+        "it, as <split>_scores.json.",
     )
+    evaluate.add_argument("--force", action="store_true", help=FORCE_FILE)
     evaluate.set_defaults(func=cmd_evaluate)
 
     translate = commands.add_parser("translate", help="Translate lines from a file or standard input.")
     translate.add_argument("--model", required=True)
     translate.add_argument("--input", help="One sentence a line (default: standard input).")
     translate.add_argument("--output", help="Default: standard output.")
-    translate.add_argument("--batch-size", type=int, default=64)
-    translate.add_argument("--beams", type=int, help="Beam size (default: the model's generation config, 4).")
+    translate.add_argument("--force", action="store_true", help=FORCE_FILE)
+    translate.add_argument(
+        "--batch-size", type=positive_int, default=64, help="Sentences a batch (default: 64)."
+    )
+    translate.add_argument(
+        "--beams", type=positive_int, help="Beam size (default: the model's generation config, 4)."
+    )
     translate.add_argument(
         "--length-penalty",
-        type=float,
+        type=finite_float,
         help="Beam length penalty alpha (default: the model's generation config, 0.6).",
     )
     translate.add_argument(
@@ -338,8 +468,11 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument(
         "checkpoints", nargs="+", help="Checkpoint or model folders, or one run folder with --last."
     )
-    average.add_argument("--last", type=int, help="Average the last N checkpoints of the run folder.")
-    average.add_argument("--output", required=True)
+    average.add_argument(
+        "--last", type=positive_int, help="Average the last N checkpoints of the run folder."
+    )
+    average.add_argument("--output", required=True, help="The new model folder.")
+    average.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     average.set_defaults(func=cmd_average)
 
     ablate = commands.add_parser(
@@ -348,7 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
     ablate.add_argument("--recipe", default="training/configs/table3_multi30k.yaml", help="The study file.")
     ablate.add_argument("--rows", help="Groups or rows to run besides the base row, e.g. A,C or A1,D3.")
     ablate.add_argument(
-        "--minutes-per-row", type=float, help="A wall-clock budget per row instead of the study's updates."
+        "--minutes-per-row",
+        type=positive_float,
+        help="A wall-clock budget per row instead of the study's updates.",
     )
     ablate.add_argument("--output", default="runs/table3", help="One folder per row, and the table.")
     what = ablate.add_mutually_exclusive_group()
@@ -365,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument(
         "--output", default="attention", help="Folder for the PNGs (default: ./attention)."
     )
+    attention.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     attention.set_defaults(func=cmd_attention)
 
     demo = commands.add_parser(
@@ -373,8 +509,14 @@ def build_parser() -> argparse.ArgumentParser:
         "continuation (needs the [demo] extra).",
     )
     demo.add_argument("--model", required=True, help="A saved model folder or Hub id.")
-    demo.add_argument("--port", type=int, help="Default: $GRADIO_SERVER_PORT or 7860.")
+    demo.add_argument("--port", type=port, help="Default: $GRADIO_SERVER_PORT or 7860.")
     demo.add_argument("--host", help="Default: 127.0.0.1 (0.0.0.0 serves other machines).")
+    demo.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="Run the folder's own .py files (as transformers' trust_remote_code=True) instead of serving it "
+        "with this package's classes and pipelines. Only for folders whose code you trust.",
+    )
     demo.set_defaults(func=cmd_demo)
 
     classify = commands.add_parser(
@@ -404,6 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--model", required=True, help="A saved model folder.")
     export.add_argument("--output", required=True, help="Folder for the graphs, config and tokenizer.")
+    export.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     export.set_defaults(func=cmd_export_onnx)
 
     export_ct2 = commands.add_parser(
@@ -426,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
         "CPUs with VNNI. The 7-bit default keeps int8 translations right on x86 CPUs without VNNI (AVX2 only), "
         "whose int8 products saturate on 8-bit weights.",
     )
-    export_ct2.add_argument("--force", action="store_true", help="Replace an existing output folder.")
+    export_ct2.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     export_ct2.set_defaults(func=cmd_export_ct2)
 
     push = commands.add_parser(
@@ -458,6 +601,11 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as other filters do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         raise SystemExit(141) from None
+    except (
+        RunInterrupted
+    ) as stop:  # SIGTERM / SIGINT / SIGUSR1: the checkpoint is written, the status says why
+        print(stop, file=sys.stderr)
+        raise SystemExit(stop.exit_status) from None
     except (ValueError, OSError, ImportError) as error:  # bad input, a missing file, a full disk: one line
         raise SystemExit(f"error: {error}") from error
 

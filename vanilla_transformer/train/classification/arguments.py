@@ -23,9 +23,11 @@ from transformers import TrainingArguments
 
 from ...classification_pipeline import LongText
 from ...configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
-from ...precision import MIXED_PRECISION_CHOICES, check_mixed_precision, resolve_mixed_precision
+from ...precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
+from ..common.arguments import RunArguments
 from ..common.recipes import (
     SET_BY_RUN,
+    SET_BY_THE_CORE,
     apply_overrides,
     check_model_block,
     default_model_block,
@@ -56,16 +58,13 @@ SET_BY_CLASSIFICATION_RUN = (
 
 
 @dataclass
-class ClassificationArguments:
+class ClassificationArguments(RunArguments):
     dataset: str = field(
         default="json",
         metadata={
             "help": "'json' (local JSON Lines files) or a Hub data set id (e.g. stanfordnlp/imdb), whose "
             "split names train_file / test_file / unlabelled_files then give (train, test, unsupervised)."
         },
-    )
-    data_dir: str | None = field(
-        default=None, metadata={"help": "Folder relative files are read from ($VT_DATA_DIR)."}
     )
     train_file: str | None = "imdb/train.jsonl.gz"
     validation_file: str | None = None
@@ -129,10 +128,6 @@ class ClassificationArguments:
             "help": "VanillaTransformerConfig fields of the encoder (ignored with `pretrained_model`)."
         },
     )
-    mixed_precision: str = field(
-        default="auto",
-        metadata={"help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16."},
-    )
     pretrained_model: str | None = field(
         default=None, metadata={"help": "Fine-tune from this folder (e.g. an MLM checkpoint)."}
     )
@@ -165,22 +160,6 @@ class ClassificationArguments:
     discriminator_weight: float = field(
         default=50.0, metadata={"help": "electra: lambda, the weight of the discriminator's loss (Eq. 3)."}
     )
-    session_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "Stop this invocation after this many minutes, with a checkpoint; the same command "
-            "continues the run."
-        },
-    )
-    run_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "The run's budget, minutes of training over all its invocations: the learning rate "
-            "decays linearly (after warmup_steps) to zero at the budget or at the last update the epochs or "
-            "max_steps allow, whichever comes first; at the budget training stops (saves, and validates "
-            "where the run validates)."
-        },
-    )
     run_dir: str = "runs/imdb-classifier"
 
     def __post_init__(self):
@@ -209,16 +188,19 @@ class ClassificationArguments:
             raise ValueError(f"`generator_size` must lie in (0, 1], got {self.generator_size!r}.")
         if not self.discriminator_weight > 0:
             raise ValueError(f"`discriminator_weight` must be positive, got {self.discriminator_weight!r}.")
-        for name in ("session_minutes", "run_minutes"):
+        for name in ("vocab_size", "max_length", "head_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)!r}.")
+        for name in ("max_train_examples", "max_eval_examples"):
             value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ValueError(f"`{name}` must not be negative, got {value!r}.")
+            if value is not None and value < 1:
+                raise ValueError(f"`{name}` must be at least 1 (or null: all), got {value!r}.")
         if self.finetune_dropout is not None and not 0 <= self.finetune_dropout < 1:
             raise ValueError(
                 f"`finetune_dropout` must be a probability in [0, 1), got {self.finetune_dropout!r}."
             )
-        check_mixed_precision(self.mixed_precision)
         check_model_block(self.model, SET_BY_CLASSIFICATION_RUN)
+        super().__post_init__()  # RunArguments: resume, overwrite, precision, budgets
 
     def reading(self) -> LongText:
         """How the run reads a text (``LongText``), from ``long_text``, ``max_length``, ``head_tokens``,
@@ -249,6 +231,9 @@ def load_classification_arguments(
     for key in ("bf16", "fp16"):
         if key in values:
             raise ValueError(f"{where}: set `mixed_precision` (auto | no | bf16), not `{key}`.")
+    for key, why in SET_BY_THE_CORE.items():
+        if key in values:
+            raise ValueError(f"{where}: `{key}` is not a classification setting: {why}.")
     values.setdefault("report_to", default_tracker())
     values.setdefault(
         "output_dir", str(Path(values.get("run_dir", ClassificationArguments.run_dir)) / f"trainer-{stage}")

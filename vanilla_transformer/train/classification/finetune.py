@@ -11,27 +11,47 @@ from transformers import DataCollatorWithPadding, TrainingArguments, set_seed
 
 from ...classification_pipeline import LongText, average_logits
 from ...fast_dropout import use_fast_dropout
+from ...loading import check_model_folder
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
-from ..common.budget import BudgetedTrainer, TrainingClock
+from ..common.budget import BudgetedTrainer, TimeBudget, TrainingClock
 from ..common.precision_record import describe_precision
+from ..common.run_folder import RunFolder
+from ..common.run_trainer import preemption_for, resume_checkpoint, stop_if_interrupted
 from .arguments import ClassificationArguments
-from .data import encode_texts, label_maps, subset, training_and_validation
+from .data import check_data_paths, encode_texts, label_maps, subset, training_and_validation
 from .evaluate import classification_metrics, evaluate_classifier
 from .setup import (
     budget_callbacks,
     classification_tokenizer,
     data_name,
-    last_checkpoint,
     model_config,
     precision_record,
+    run_budgets,
+    run_folder,
+    run_settings,
     show_minutes,
     write_json,
 )
 
 
 def train_classifier(args: ClassificationArguments, training: TrainingArguments) -> dict:
-    """Fine-tune (or train from scratch) the classifier; evaluates on the test file when given."""
+    """Fine-tune (or train from scratch) the classifier; evaluates on the test file when given. The run owns
+    ``run_dir`` (the run core: lock, ``resume``, a stop on SIGTERM / SIGINT / SIGUSR1 with a checkpoint)."""
+    check_data_paths(args)  # a misspelt path is named before the run folder is touched
+    if args.pretrained_model and Path(args.pretrained_model).is_dir():
+        check_model_folder(
+            args.pretrained_model
+        )  # its memory, tokenizer and generation files, before any work
+    folder = run_folder(args, training, "train")
+    with folder, preemption_for("`--set resume=true`") as preemption:
+        folder.open(args.resume, args.overwrite, run_budgets(args, training), training)
+        return _train_classifier(args, training, folder, preemption)
+
+
+def _train_classifier(
+    args: ClassificationArguments, training: TrainingArguments, folder: RunFolder, preemption
+):
     precision = precision_record(args, training)
     print(f"Precision: {describe_precision(precision)}.")
     set_seed(training.seed)  # the model's initial weights too (the Trainer seeds only once it is built)
@@ -66,7 +86,13 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         return metrics
 
     reading = args.reading()
-    checkpoint = last_checkpoint(training.output_dir)
+    settings = run_settings(args, training, "train")
+    checkpoint = (
+        resume_checkpoint(folder, Path(training.output_dir), settings, training)
+        if folder.continuing
+        else None
+    )
+    folder.record(status="running", settings=settings, budgets=run_budgets(args, training))
     # ``run_minutes``: the learning rate reaches zero at the recipe's last update or at the budget, whichever
     # comes first, and the update that spends the budget is validated (it may be the best).
     clock = TrainingClock.resuming(
@@ -82,8 +108,11 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         compute_metrics=compute_metrics,
         callbacks=[*budget_callbacks(args), clock],
     )
+    trainer.run_settings = settings
     show_minutes(trainer, args, training)
-    train_output = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.add_callback(preemption)  # last: a stop on a signal overrides what the others asked
+    train_output = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    stop_if_interrupted(trainer, folder, preemption)
     output = Path(args.run_dir) / "model"
     trainer.save_model(output)
     results = {
@@ -95,6 +124,13 @@ def train_classifier(args: ClassificationArguments, training: TrainingArguments)
         results["test"] = evaluate_classifier(output, args, args.test_file)
     write_json(Path(args.run_dir) / "results.json", results)
     _classifier_card(args, training, model, results, output, len(train))
+    # A session stopped by session_minutes leaves its model and scores, and a run the same command continues.
+    stopped = any(isinstance(cb, TimeBudget) and cb.ended for cb in trainer.callback_handler.callbacks)
+    folder.record(
+        status="stopped" if stopped else "finished",
+        updates=trainer.state.global_step,
+        budgets=run_budgets(args, training),
+    )
     return results
 
 

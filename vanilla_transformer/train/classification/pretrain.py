@@ -16,11 +16,13 @@ from transformers import (
 from ...fast_dropout import use_fast_dropout
 from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
-from ..common.budget import BudgetedTrainer, TrainingClock
+from ..common.budget import BudgetedTrainer, TimeBudget, TrainingClock
 from ..common.precision_record import describe_precision
+from ..common.run_folder import RunFolder
+from ..common.run_trainer import preemption_for, resume_checkpoint, stop_if_interrupted
 from . import setup as stage
 from .arguments import ClassificationArguments
-from .data import pretraining_dataset, pretraining_texts
+from .data import check_data_paths, pretraining_dataset, pretraining_texts
 from .electra import ElectraForPreTraining
 
 
@@ -68,6 +70,16 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
     ``run_minutes`` the learning rate decays to zero when that many minutes of training (over
     all invocations) are spent, and training stops there. Returns the folder of the encoder to fine-tune
     (``run_dir/mlm`` or ``run_dir/discriminator``), with its tokenizer and card."""
+    check_data_paths(args)  # a misspelt path is named before the run folder is touched
+    folder = stage.run_folder(args, training, "pretrain")
+    with folder, preemption_for("`--set resume=true`") as preemption:
+        folder.open(args.resume, args.overwrite, stage.run_budgets(args, training), training)
+        return _pretrain(args, training, folder, preemption)
+
+
+def _pretrain(
+    args: ClassificationArguments, training: TrainingArguments, folder: RunFolder, preemption
+) -> Path:
     precision = stage.precision_record(args, training)
     print(f"Precision: {describe_precision(precision)}.")
     set_seed(training.seed)  # the model's initial weights too (the Trainer seeds only once it is built)
@@ -75,7 +87,13 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
     tokenizer = stage.classification_tokenizer(args, texts)
     corpus = pretraining_dataset(texts, tokenizer, args)
     evaluate = training.eval_strategy != "no"
-    checkpoint = stage.last_checkpoint(training.output_dir)
+    settings = stage.run_settings(args, training, "pretrain")
+    checkpoint = (
+        resume_checkpoint(folder, Path(training.output_dir), settings, training)
+        if folder.continuing
+        else None
+    )
+    folder.record(status="running", settings=settings, budgets=stage.run_budgets(args, training))
     electra = args.objective == "electra"
     if electra:
         if tokenizer.mask_token_id is None:
@@ -106,8 +124,11 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
         data_collator=collator,
         callbacks=[*stage.budget_callbacks(args), clock],
     )
+    trainer.run_settings = settings
     stage.show_minutes(trainer, args, training)
-    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.add_callback(preemption)  # last: a stop on a signal overrides what the others asked
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    stop_if_interrupted(trainer, folder, preemption)
     # Every logged loss of the run (earlier invocations included), for training/plot_pretraining.py.
     log = {"objective": args.objective, "log_history": trainer.state.log_history}
     stage.write_json(Path(args.run_dir) / "pretraining_log.json", log)
@@ -116,6 +137,12 @@ def pretrain(args: ClassificationArguments, training: TrainingArguments) -> Path
     kept.save_pretrained(output)
     tokenizer.save_pretrained(output)
     _pretraining_card(args, training, trainer, kept, output, len(corpus), precision)
+    stopped = any(isinstance(cb, TimeBudget) and cb.ended for cb in trainer.callback_handler.callbacks)
+    folder.record(
+        status="stopped" if stopped else "finished",
+        updates=trainer.state.global_step,
+        budgets=stage.run_budgets(args, training),
+    )
     return output
 
 

@@ -1,5 +1,6 @@
-"""What every classification stage sets up: the encoder's config and tokenizer, the precision record, the
-time-budget callbacks, the Trainer's last checkpoint, and the data's name for the model card."""
+"""What every classification stage sets up: its run folder (the run core's lock, record and decision), the
+settings a resumed run must keep, the encoder's config and tokenizer, the precision record, the time-budget
+callbacks, and the data's name for the model card."""
 
 from __future__ import annotations
 
@@ -8,16 +9,109 @@ from pathlib import Path
 
 from transformers import TrainerCallback, TrainingArguments
 from transformers.trainer_callback import ProgressCallback
-from transformers.trainer_utils import get_last_checkpoint
 
 from ...classification_pipeline import clean_text
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...precision import bf16_hardware
 from ...tokenization import MASK_TOKEN
 from ..common.budget import BudgetedTrainer, TimeBudget, TrainingProgressCallback
+from ..common.checkpoints import checkpoint_dirs
 from ..common.data import load_or_train_tokenizer
 from ..common.recipes import build_config
+from ..common.run_folder import RunFolder
 from .arguments import ClassificationArguments
+
+# Each stage's outputs in the run folder, beside its Trainer's checkpoints (``output_dir``).
+STAGE_OUTPUTS = {
+    "pretrain": ("mlm", "discriminator", "pretraining_log.json"),
+    "train": ("model", "results.json"),
+}
+# What a resumed stage must share with its checkpoint: what an update is (the data and how it is read, the
+# model, the examples of an update, precision, optimiser and schedule). Budgets (max_steps,
+# num_train_epochs, run_minutes, session_minutes), logging, evaluation, saving and the test file may change.
+CLASSIFICATION_SETTINGS = (
+    "dataset",
+    "train_file",
+    "validation_file",
+    "text_column",
+    "label_column",
+    "class_names",
+    "validation_size",
+    "validation_runs",
+    "max_train_examples",
+    "vocab_size",
+    "lowercase",
+    "max_length",
+    "long_text",
+    "head_tokens",
+    "window_stride",
+    "model",
+    "pretrained_model",
+    "finetune_dropout",
+)
+PRETRAINING_SETTINGS = (
+    "unlabelled_files",
+    "objective",
+    "mlm_probability",
+    "pack_length",
+    "generator_size",
+    "discriminator_weight",
+)
+TRAINER_SETTINGS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "world_size",
+    "bf16",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_steps",
+    "weight_decay",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
+    "optim",
+    "seed",
+)
+BUDGETS = ("max_steps", "num_train_epochs")
+
+
+def run_folder(args: ClassificationArguments, training: TrainingArguments, stage: str) -> RunFolder:
+    """``run_dir`` as the stage's run folder. Pre-training and fine-tuning may share one: each stage owns its
+    Trainer's checkpoints and its outputs (``STAGE_OUTPUTS``), and the tokenizer while no other stage's
+    run is there."""
+    run, checkpoints = Path(args.run_dir), Path(training.output_dir)
+    other = next(name for name in STAGE_OUTPUTS if name != stage)
+
+    def stage_holds_run(path: Path, name: str) -> bool:
+        trainer_folder = checkpoints if name == stage else path / f"trainer-{name}"
+        outputs = (path / output for output in STAGE_OUTPUTS[name])
+        return bool(checkpoint_dirs(trainer_folder)) or any(output.exists() for output in outputs)
+
+    def own_files(path: Path):
+        files = [path / name for name in STAGE_OUTPUTS[stage]]
+        if checkpoints.resolve().is_relative_to(path.resolve()):
+            files.append(checkpoints)
+        if not stage_holds_run(path, other) and not (args.pretrained_model or "").startswith(str(path)):
+            files.append(path / "tokenizer")
+        return files
+
+    return RunFolder(
+        run, stage, own_files, lambda path: stage_holds_run(path, stage), is_main=training.process_index == 0
+    )
+
+
+def run_settings(args: ClassificationArguments, training: TrainingArguments, stage: str) -> dict:
+    """The settings of the stage's run that a checkpoint records (``CLASSIFICATION_SETTINGS``, the Trainer's
+    ``TRAINER_SETTINGS``; pre-training's own too)."""
+    names = CLASSIFICATION_SETTINGS + (PRETRAINING_SETTINGS if stage == "pretrain" else ())
+    return {name: getattr(args, name) for name in names} | {
+        name: getattr(training, name) for name in TRAINER_SETTINGS
+    }
+
+
+def run_budgets(args: ClassificationArguments, training: TrainingArguments) -> dict:
+    return {name: getattr(training, name) for name in BUDGETS} | {"run_minutes": args.run_minutes}
 
 
 def budget_callbacks(args: ClassificationArguments) -> list[TrainerCallback]:
@@ -51,14 +145,12 @@ def classification_tokenizer(args: ClassificationArguments, texts: list[str]):
 
 
 def model_config(args: ClassificationArguments, tokenizer, **extra) -> VanillaTransformerConfig:
-    """The encoder of the recipe's model block, with the run's vocabulary and special tokens."""
+    """The encoder of the recipe's model block, with the run's vocabulary, special tokens and tokenizer
+    fingerprint; a model too large for the machine is refused here."""
     return build_config(
         args.model,
         defaults={"max_position_embeddings": max(args.max_length, args.pack_length or 0)},
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        tokenizer=tokenizer,
         num_decoder_layers=0,
         is_encoder_decoder=False,
         **extra,
@@ -77,10 +169,6 @@ def data_name(args: ClassificationArguments) -> tuple[str, str]:
     return args.dataset, args.dataset
 
 
-def last_checkpoint(output_dir: str) -> str | None:
-    return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
-
-
 def write_json(path: Path, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=2))
 
@@ -91,6 +179,8 @@ __all__ = [
     "model_config",
     "precision_record",
     "data_name",
-    "last_checkpoint",
+    "run_folder",
+    "run_settings",
+    "run_budgets",
     "write_json",
 ]

@@ -17,6 +17,8 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState, ProgressCallback
 
+from .run_trainer import RunTrainer
+
 
 class TimeBudget(TrainerCallback):
     """Ends training after ``minutes`` of this invocation (``session_minutes``), saving a checkpoint first, so a budgeted
@@ -118,8 +120,9 @@ def fraction_spent(trainer: Trainer, steps: float, clock: TrainingClock) -> floa
     return max(steps, minutes)
 
 
-class BudgetedTrainer(Trainer):
-    """A ``transformers.Trainer`` whose callbacks may hold a ``TrainingClock`` with a budget: then each
+class BudgetedTrainer(RunTrainer, Trainer):
+    """A ``transformers.Trainer`` with the run core's checkpoints and loss guard (``RunTrainer``), whose
+    callbacks may hold a ``TrainingClock`` with a budget: then each
     update's learning rate is ``budget_schedule`` of the larger of updates / ``max_steps`` (the plain
     linear schedule) and minutes / budget, so it reaches zero at whichever the run spends first: the
     recipe's epochs on a fast machine, its minutes on a slow one. Without a budget: the Trainer's own

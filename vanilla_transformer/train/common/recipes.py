@@ -116,21 +116,6 @@ def apply_overrides(values: Mapping, overrides: Mapping | None, default_model: d
     return values
 
 
-# Settings that were renamed, with what to write instead: refused with that message rather than as unknown.
-RENAMED_SETTINGS = {
-    "max_minutes": "`max_minutes` is gone (translation read it as the whole run's budget, classification as "
-    "this invocation's): set `run_minutes` for the run's budget over all its invocations (the schedule ends "
-    "there) or `session_minutes` to stop this invocation, with a checkpoint, after that many minutes.",
-    "time_budget_minutes": "`time_budget_minutes` is now `run_minutes` (the run's budget over all invocations).",
-    # Translation's own names before it trained on Seq2SeqTrainer, now the trainer's.
-    "eval_every": "`eval_every` is now the trainer's `eval_steps` (validation every N updates).",
-    "save_every": "`save_every` is now the trainer's `save_steps` (a checkpoint every N updates).",
-    "log_every": "`log_every` is now the trainer's `logging_steps` (a log row every N updates).",
-    "eval_batch_size": "`eval_batch_size` is now the trainer's `per_device_eval_batch_size`.",
-    "keep_last": "`keep_last` is now the trainer's `save_total_limit` (checkpoints kept).",
-}
-
-
 def default_tracker() -> str:
     """TensorBoard where it is installed (``pip install "vanilla-transformer[tensorboard]"``), else no
     tracker: the logs a run writes itself (``train_log.jsonl``, ``trainer_state.json``) need none."""
@@ -151,9 +136,6 @@ def parse_settings(
     An unknown key is refused with the recipe file (or ``--set``) named; an error raised while building
     the dataclasses (a bad value, an unknown model field) is prefixed with where the settings came from."""
     known = {f.name for cls in dataclass_types for f in dataclasses.fields(cls) if f.init}
-    for key in sorted(set(values) & set(RENAMED_SETTINGS) - known):
-        where = recipe if key in (from_file or {}) else "--set"
-        raise ValueError(f"{where}: {RENAMED_SETTINGS[key]}")
     unknown = sorted(set(values) - known)
     if unknown:
         in_file = [key for key in unknown if key in (from_file or {})]
@@ -161,6 +143,12 @@ def parse_settings(
             f"Unknown setting(s) in {recipe if in_file else '--set'}: {', '.join(in_file or unknown)}. "
             f"Known settings: {', '.join(sorted(known))}."
         )
+    from .arguments import FLAG_OR_WORD  # resume / overwrite: true | false | a word, one type for the parser
+
+    values = {
+        key: ("true" if value else "false") if key in FLAG_OR_WORD and isinstance(value, bool) else value
+        for key, value in values.items()
+    }
     field_types = _field_types(dataclass_types)
     for key, value in values.items():
         problem = _type_problem(value, field_types.get(key))
@@ -240,6 +228,15 @@ def source_name(recipe: str | None, overrides: Mapping | None) -> str:
     return f"{recipe} (with --set overrides)" if overrides else str(recipe)
 
 
+# Trainer settings the run core owns, refused in a recipe of either task with what to set instead.
+SET_BY_THE_CORE = {
+    "enable_jit_checkpoint": "the run stops on SIGTERM, SIGINT and SIGUSR1 itself, after the update in flight "
+    "and with a checkpoint; nothing needs to be set",
+    "overwrite_output_dir": "set `overwrite: true` (the old run moved aside) or `overwrite: delete`",
+    "resume_from_checkpoint": "set `resume: true` (the newest intact checkpoint of the run folder)",
+}
+
+
 # -- the model block ---------------------------------------------------------------------------------
 
 # The config's own fields (Table 3's names; not the HF aliases, nor PretrainedConfig's generic fields).
@@ -262,6 +259,7 @@ SET_BY_RUN = (
     "target_lang",
     "is_encoder_decoder",
     "is_decoder",
+    "tokenizer_fingerprint",
 )
 
 
@@ -283,21 +281,53 @@ def check_model_block(block: dict, set_by_run: Iterable[str]) -> None:
             f"{', '.join(f'model.{key}' for key in derived)}: set by the run itself (from the tokenizer and "
             "the data), not by the recipe."
         )
-    build_config(block)  # a bad value (e.g. norm_position: middle) fails now, before any work is done
+    # A bad value (e.g. norm_position: middle) fails now, before any work is done; so does a model too large
+    # for the machine even before its vocabulary (which the run learns later) is counted. A run that sets
+    # the decoder's depth itself builds the encoder alone (classification).
+    from ...loading import check_fits_memory
+
+    encoder_only = (
+        {"num_decoder_layers": 0, "is_encoder_decoder": False} if "num_decoder_layers" in set_by_run else {}
+    )
+    config = build_config(block, check_memory=False, **encoder_only)
+    check_fits_memory(config, training=True, vocabulary=False, prefix="model.")
 
 
-def build_config(block: dict, defaults: dict | None = None, **run_values) -> VanillaTransformerConfig:
+def build_config(
+    block: dict, defaults: dict | None = None, *, tokenizer=None, check_memory: bool = True, **run_values
+) -> VanillaTransformerConfig:
     """The model's config: the block's ``preset`` (Table 3) or the config's defaults, then ``defaults``
     (values the run suggests, e.g. a position limit from the data), the block's fields, and the
-    values only the run knows (vocabulary, special tokens)."""
+    values only the run knows (vocabulary, special tokens).
+
+    ``tokenizer``: the run's tokenizer, which gives the vocabulary size, the special tokens' ids (where
+    ``run_values`` does not) and the ``tokenizer_fingerprint`` that ties every folder the model is saved
+    in to it (``loading.check_model_folder``). ``check_memory``: refuse, before anything is allocated, a
+    model too large to train on this machine (``loading.check_fits_memory``), naming its fields."""
+    if tokenizer is not None:
+        from ...tokenization import tokenizer_fingerprint
+
+        run_values = {
+            "vocab_size": len(tokenizer),
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+            "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+            **run_values,
+        }
     fields = {key: value for key, value in block.items() if key != PRESET_KEY}
     fields = {**(defaults or {}), **fields, **run_values}
     preset = block.get(PRESET_KEY)
-    return (
+    config = (
         VanillaTransformerConfig.from_preset(preset, **fields)
         if preset
         else VanillaTransformerConfig(**fields)
     )
+    if check_memory:
+        from ...loading import check_fits_memory
+
+        check_fits_memory(config, training=True, prefix="model.")
+    return config
 
 
 # -- mixed precision -----------------------------------------------------------------------------------

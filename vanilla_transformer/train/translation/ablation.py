@@ -37,8 +37,8 @@ from pathlib import Path
 
 import torch
 
+from ..common.checkpoints import latest_checkpoint
 from ..common.recipes import parse_yaml
-from .checkpoints import latest_checkpoint
 
 BASE = "base"
 GROUPS = ("A", "B", "C", "D", "E")

@@ -5,8 +5,7 @@ translation run's own fields added, read from a YAML recipe and the command line
 Every trainer switch is a recipe key with its transformers name and meaning (``max_steps``,
 ``gradient_accumulation_steps``, ``eval_steps``, ``save_steps``, ``save_total_limit``, ``logging_steps``,
 ``per_device_eval_batch_size``, ``report_to``, ``push_to_hub``, ``torch_compile``, ...); ``output_dir`` is the
-run's folder (checkpoints in ``output_dir/checkpoints``). The earlier names of five of them (``eval_every``,
-``save_every``, ``log_every``, ``eval_batch_size``, ``keep_last``) are refused with the new one named.
+run's folder (checkpoints in ``output_dir/checkpoints``).
 
 Defaults are the built-in main job: a small Transformer trained on the synthetic English -> German
 task in a few minutes on two CPU cores. The paper's recipe values (Adam betas 0.9 / 0.98, epsilon 1e-9,
@@ -23,8 +22,9 @@ import torch
 from transformers import Seq2SeqTrainingArguments
 
 from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
-from ...precision import check_mixed_precision, resolve_mixed_precision
-from ..common.recipes import SET_BY_RUN, check_model_block, default_tracker, parse_recipe
+from ...precision import resolve_mixed_precision
+from ..common.arguments import RunArguments
+from ..common.recipes import SET_BY_RUN, SET_BY_THE_CORE, check_model_block, default_tracker, parse_recipe
 
 # The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
 # of CPU). A recipe's ``model:`` block replaces it whole.
@@ -47,21 +47,18 @@ SET_BY_TRANSLATION = {
     "lr_scheduler_type": "the schedule is Eq. 3 (with `lr_cooldown` for a cool-down)",
     "label_smoothing_factor": "set `model.label_smoothing` (§5.4, computed in the model's loss)",
     "optim": "the optimizer is §5.3's Adam (set `adam_beta1`, `adam_beta2`, `adam_epsilon`)",
+    **SET_BY_THE_CORE,
 }
 
 
 @dataclass
-class TranslationTrainingArguments(Seq2SeqTrainingArguments):
+class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
     # -- data ---------------------------------------------------------------------------------------
     dataset: str = field(
         default="synthetic",
         metadata={"help": "'synthetic' (built in), 'json' or 'text' (local files), or a Hub data set id."},
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub data set configuration name."})
-    data_dir: str | None = field(
-        default=None,
-        metadata={"help": "Folder that relative data files are read from (default: $VT_DATA_DIR)."},
-    )
     train_file: str | None = field(
         default=None,
         metadata={
@@ -116,34 +113,12 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         },
     )
     max_epochs: int | None = None
-    run_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "The run's wall-clock budget over all its invocations: it stops cleanly there (and "
-            "lr_cooldown ends there)."
-        },
-    )
-    session_minutes: float | None = field(
-        default=None,
-        metadata={
-            "help": "Stop this invocation after this many minutes, with a checkpoint; the same command "
-            "with resume=true continues the run."
-        },
-    )
     lr_scale: float = 1.0
     lr_cooldown: float = field(
         default=0.0,
         metadata={
             "help": "Departure from Eq. 3 (0: none). The last fraction of the run's budget (run_minutes, "
             "else max_steps) over which the rate of Eq. 3 falls linearly to zero, e.g. 0.2."
-        },
-    )
-    mixed_precision: str = field(
-        default="auto",
-        metadata={
-            "help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16. Once "
-            "parsed, `mixed_precision_setting` keeps this value and `mixed_precision` what it resolved to "
-            "(bf16 | no), the value transformers hands Accelerate."
         },
     )
     # -- evaluation (§6.1) ---------------------------------------------------------------------------
@@ -161,7 +136,6 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         default=1,
         metadata={"help": "§6.1: the final model averages the last N checkpoints (1: the last weights)."},
     )
-    resume: bool = False
 
     # -- the trainer's settings, with the paper's and the built-in job's defaults ---------------------
     max_steps: int = 800
@@ -185,9 +159,15 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     remove_unused_columns: bool = False  # the run's batches hold exactly the model's inputs
 
     def __post_init__(self):
-        if self.max_tokens < 1:
-            raise ValueError(f"`max_tokens` must be positive, got {self.max_tokens}.")
         for name in (
+            "max_tokens",
+            "vocab_size",
+            "max_source_length",
+            "max_target_length",
+            "synthetic_train_size",
+            "eval_bleu_samples",
+            "per_device_eval_batch_size",
+            "gradient_accumulation_steps",
             "max_steps",
             "warmup_steps",
             "eval_steps",
@@ -214,9 +194,16 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
             raise ValueError(
                 f"`dataset: {self.dataset}` needs `train_file` (and usually `validation_file`, `test_file`)."
             )
-        check_mixed_precision(self.mixed_precision)
+        if self.tokens_per_update is not None and self.tokens_per_update < 1:
+            raise ValueError(f"`tokens_per_update` must be at least 1, got {self.tokens_per_update}.")
+        if self.max_epochs is not None and self.max_epochs < 1:
+            raise ValueError(f"`max_epochs` must be at least 1, got {self.max_epochs}.")
+        if self.save_total_limit is not None and self.save_total_limit < 1:
+            raise ValueError(
+                f"`save_total_limit` must be at least 1 (or null: keep all), got {self.save_total_limit}."
+            )
         check_model_block(self.model, SET_BY_RUN)
-        # mixed_precision is the run's precision switch; the trainer computes in bf16 where it resolves so.
+        # mixed_precision is the run's precision switch (RunArguments); the trainer computes in bf16 where it resolves so.
         # transformers (5.24+) keeps the precision it hands Accelerate in an attribute of the same name:
         # the recipe's setting stays in mixed_precision_setting, the resolved one in mixed_precision.
         self.mixed_precision_setting = self.mixed_precision
@@ -228,8 +215,10 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         self.mixed_precision = "bf16" if self.bf16 else "no"
 
 
-# What a resumed run must share with its checkpoint: the model and the data it sees (a different setting
-# would not continue the run but crash in load_state_dict, or silently train on other batches).
+# What a resumed run must share with its checkpoint: what an update is. The model and the data it sees, the
+# tokens of an update (batch x accumulation x processes), the precision and the schedule (a different one
+# would not continue the run but crash in load_state_dict, or silently train another way). Budgets
+# (max_steps, max_epochs, run_minutes, session_minutes), logging, evaluation and saving may change.
 SETTINGS_OF_A_RUN = (
     "model",
     "dataset",
@@ -245,29 +234,30 @@ SETTINGS_OF_A_RUN = (
     "vocab_size",
     "tokenizer_path",
     "max_tokens",
+    "tokens_per_update",
+    "gradient_accumulation_steps",
+    "world_size",
+    "mixed_precision",
+    "warmup_steps",
+    "lr_scale",
+    "lr_cooldown",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_epsilon",
+    "max_grad_norm",
     "seed",
 )
+BUDGETS = ("max_steps", "max_epochs", "run_minutes")
 
 
 def run_settings(args: TranslationTrainingArguments) -> dict:
-    """The settings of ``SETTINGS_OF_A_RUN``, as a checkpoint records them."""
+    """The settings of ``SETTINGS_OF_A_RUN``, as a checkpoint records them (``mixed_precision``: what it
+    resolved to, bf16 or no; ``gradient_accumulation_steps``: the batches an update takes)."""
     return {name: getattr(args, name) for name in SETTINGS_OF_A_RUN}
 
 
-def changed_settings(recorded: dict, args: TranslationTrainingArguments) -> list[str]:
-    """``name: recorded -> now`` for each setting of the run that differs from a checkpoint's record (a
-    model field as ``model.<field>``)."""
-    now = run_settings(args)
-    changes = []
-    for name in SETTINGS_OF_A_RUN:
-        before, after = recorded.get(name), now[name]
-        if name == "model":
-            for key in sorted(set(before or {}) | set(after)):
-                if (before or {}).get(key) != after.get(key):
-                    changes.append(f"model.{key}: {(before or {}).get(key)!r} -> {after.get(key)!r}")
-        elif name in recorded and before != after:
-            changes.append(f"{name}: {before!r} -> {after!r}")
-    return changes
+def run_budgets(args: TranslationTrainingArguments) -> dict:
+    return {name: getattr(args, name) for name in BUDGETS}
 
 
 def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> TranslationTrainingArguments:
@@ -292,5 +282,5 @@ __all__ = [
     "SYNTHETIC_MODEL",
     "SETTINGS_OF_A_RUN",
     "run_settings",
-    "changed_settings",
+    "run_budgets",
 ]

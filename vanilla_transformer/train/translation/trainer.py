@@ -17,12 +17,11 @@ the trainer's public hooks:
 * validation loss on the whole split and BLEU from ``generate()`` (beam 4, α 0.6: the saved generation
   config) on its first ``eval_bleu_samples`` sentences, both through the trainer's evaluation loop, so
   both are computed on every process's share of the split (``evaluate``);
-* checkpoints written whole or not at all (``_save_checkpoint`` stages the trainer's own save and
-  ``checkpoints.publish_checkpoint`` renames it into place), so a kill at any moment leaves the last
-  good checkpoint loadable, and ``resume`` reproduces the uninterrupted run's losses; each carries its
-  files' checksums and the run's settings, so resume passes over a damaged one and refuses changed
-  settings (``resumed_checkpoint``);
-* an update whose loss is not finite is skipped, and a run of them stops the run (``guard_update``);
+* the run core's (``common/run_trainer.py``, shared with classification): the run folder's lock and record,
+  continued only when asked (``resume``); checkpoints written whole or not at all, with their files'
+  checksums and the run's settings, so resume passes over a damaged one and refuses changed settings;
+  a stop on SIGTERM / SIGINT / SIGUSR1 after the update in flight, with a checkpoint; an update whose loss
+  is not finite skipped, and a run of them stopping the run;
 * the run's wall-clock budget (``run_minutes``, all invocations) and this invocation's
   (``session_minutes``) as the callbacks classification uses too (``common/budget.py``).
 
@@ -35,10 +34,8 @@ DeepSpeed configurations, whose full weights ``Trainer.save_model`` gathers for 
 from __future__ import annotations
 
 import copy
-import errno
 import json
 import math
-import shutil
 import time
 from pathlib import Path
 
@@ -68,24 +65,17 @@ from ...modeling_vanilla_transformer import (
 )
 from ...precision import use_fast_bf16_kernels
 from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, fraction_spent
+from ..common.checkpoints import checkpoint_dirs
 from ..common.data import data_path
 from ..common.plots import plot_history
 from ..common.precision_record import describe_precision, mixed_precision_record
 from ..common.recipes import build_config
-from .arguments import TranslationTrainingArguments, changed_settings, run_settings
+from ..common.run_folder import RunFolder
+from ..common.run_trainer import RunTrainer, preemption_for, resume_checkpoint, stop_if_interrupted
+from .arguments import TranslationTrainingArguments, run_budgets, run_settings
+from .averaging import average_checkpoints, spaced_checkpoints
 from .batching import TokenBudgetBatchSampler
-from .checkpoints import (
-    average_checkpoints,
-    checkpoint_dirs,
-    damage,
-    latest_checkpoint,
-    publish_checkpoint,
-    spaced_checkpoints,
-    staging_dir,
-    tidy_up,
-    write_checksums,
-)
-from .data import prepare_data, tokenize_pairs, translation_tokenizer
+from .data import check_data_paths, prepare_data, tokenize_pairs, translation_tokenizer
 from .evaluation import bleu_scores, evaluate_split, set_decoding
 from .schedule import transformer_lr_scheduler
 
@@ -93,21 +83,26 @@ logger = logging.get_logger(__name__)
 
 # torch's fused Adam runs on these devices (fp32 parameters and state, as the paper's Adam).
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
-# A checkpoint's record of the run's model and data settings (compared on resume).
-SETTINGS_FILE = "run_settings.json"
-# Updates in a row whose loss is not finite before the run stops (each one is skipped).
-NONFINITE_UPDATES_ALLOWED = 5
 
 
 def train(args: TranslationTrainingArguments) -> dict:
-    """Run the whole job; returns the final metrics (also written to ``output_dir/results.json``)."""
+    """Run the whole job; returns the final metrics (also written to ``output_dir/results.json``).
+
+    The run owns ``output_dir`` from start to end (``run_folder.py``): locked, continued only when the
+    recipe asks (``resume``), stopped by SIGTERM / SIGINT / SIGUSR1 after the update in flight with a
+    checkpoint (``preemption.py``)."""
     set_seed(args.seed)
+    check_data_paths(args)  # a misspelt path is named before the run folder is touched
+    folder = translation_run_folder(args)
+    with folder, preemption_for("`--set resume=true`") as preemption:
+        folder.open(args.resume, args.overwrite, run_budgets(args), args)
+        return _train_in_folder(args, folder, preemption)
+
+
+def _train_in_folder(args: TranslationTrainingArguments, folder: RunFolder, preemption) -> dict:
     splits = prepare_data(args)
     if "train" not in splits:
         raise ValueError("The data has no 'train' split.")
-    references = data_path(args.tokenized_test_references, args.data_dir)
-    if references is not None and not Path(references).is_file():  # found now, not after the training
-        raise FileNotFoundError(f"No such file (tokenized_test_references): {references}")
     if "validation" not in splits:
         args.eval_strategy = IntervalStrategy.NO
     with args.main_process_first():
@@ -131,7 +126,11 @@ def train(args: TranslationTrainingArguments) -> dict:
     )
     args.gradient_accumulation_steps = accumulation_steps(args, encoded["train"], sampler)
 
-    checkpoint = resumed_checkpoint(args)
+    settings = run_settings(args)
+    checkpoint = (
+        resume_checkpoint(folder, checkpoints_folder(args), settings, args) if folder.continuing else None
+    )
+    folder.record(status="running", settings=settings, budgets=run_budgets(args))
     clock = TrainingClock.resuming(args.run_minutes, checkpoint)
     session = TimeBudget(args.session_minutes) if args.session_minutes is not None else None
     trainer = TranslationTrainer(
@@ -145,6 +144,7 @@ def train(args: TranslationTrainingArguments) -> dict:
         clock=clock,
         bleu_references=splits["validation"]["target"] if "validation" in splits else None,
     )
+    trainer.run_settings = settings
     trainer.add_callback(clock)
     if session is not None:
         trainer.add_callback(session)
@@ -152,11 +152,16 @@ def train(args: TranslationTrainingArguments) -> dict:
     trainer.add_callback(TrainLog(Path(args.output_dir) / "train_log.jsonl"))
     trainer.remove_callback(ProgressCallback)
     trainer.add_callback(TrainingProgressCallback(clock, session))
+    trainer.add_callback(preemption)  # last: a stop on a signal overrides what the others asked
     describe_run(trainer, len(splits["train"]), precision)
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    stop_if_interrupted(trainer, folder, preemption)
     if session is not None and session.ended and not run_over(args, trainer.state, clock):
+        folder.record(status="stopped", updates=trainer.state.global_step)
         return stop_session(trainer, clock)
-    return finish(trainer, splits, precision, clock.elapsed_seconds / 60)
+    results = finish(trainer, splits, precision, clock.elapsed_seconds / 60)
+    folder.record(status="finished", updates=trainer.state.global_step, budgets=run_budgets(args))
+    return results
 
 
 # -- set-up ------------------------------------------------------------------------------------------------
@@ -168,15 +173,12 @@ def checkpoints_folder(args: TranslationTrainingArguments) -> Path:
 
 
 def build_model_config(args: TranslationTrainingArguments, tokenizer) -> VanillaTransformerConfig:
-    """The recipe's model block (a Table 3 preset and/or fields) with the run's vocabulary, special tokens
-    and language pair."""
+    """The recipe's model block (a Table 3 preset and/or fields) with the run's vocabulary, special tokens,
+    tokenizer fingerprint and language pair; a model too large for the machine is refused here."""
     return build_config(
         args.model,
         defaults={"max_position_embeddings": max(args.max_source_length, args.max_target_length) + 64},
-        vocab_size=len(tokenizer),
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
+        tokenizer=tokenizer,
         source_lang=args.source_lang,
         target_lang=args.target_lang,
     )
@@ -193,42 +195,21 @@ def accumulation_steps(
     return max(1, round(args.tokens_per_update / (tokens_per_batch * args.world_size)))
 
 
-def resumed_checkpoint(args: TranslationTrainingArguments) -> Path | None:
-    """With ``resume``: the newest intact checkpoint. A damaged one (a file missing, truncated or changed
-    since its save, against its checksums) is named and passed over for the one before; if every one is
-    damaged, or the run's model or data settings differ from the checkpoint's, the run is refused rather
-    than started again from update 0. No checkpoint at all: a fresh start, said aloud."""
-    if not args.resume:
-        return None
-    root = checkpoints_folder(args)
-    found = checkpoint_dirs(root)
-    if not found:
-        if args.process_index == 0:
-            print(f"No checkpoint under {root}: starting from scratch.")
-        return None
-    problems = []
-    for checkpoint in reversed(found):
-        problem = damage(checkpoint)
-        if problem is None:
-            break
-        problems.append(f"{checkpoint.name}: {problem}")
-        if args.process_index == 0:
-            print(f"Checkpoint {checkpoint} is damaged ({problem}); trying the one before it.")
-    else:
-        raise ValueError(
-            f"resume: no intact checkpoint under {root} ({'; '.join(problems)}). Move the damaged folders "
-            "away to start the run again from scratch, or restore them."
+def translation_run_folder(args: TranslationTrainingArguments) -> RunFolder:
+    """``output_dir`` as the run's folder: everything in it is the run's (``overwrite`` moves it all aside),
+    and a folder with checkpoints, a final model, results or a trained tokenizer holds a run."""
+    run = Path(args.output_dir)
+
+    def own_files(path: Path):
+        return [entry for entry in path.iterdir() if entry.name not in (".lock", "run.json")]
+
+    def holds_run(path: Path) -> bool:
+        markers = ("model", "results.json", "train_log.jsonl") + (
+            () if args.tokenizer_path else ("tokenizer",)
         )
-    record = checkpoint / SETTINGS_FILE  # absent from a checkpoint another tool wrote: nothing to compare
-    changes = changed_settings(json.loads(record.read_text()), args) if record.is_file() else []
-    if changes:
-        raise ValueError(
-            f"resume: the run's settings differ from those of {checkpoint} ({'; '.join(changes)}). Resume "
-            "with the settings the run started with, or start a new run in another output_dir."
-        )
-    if args.process_index == 0:
-        print(f"Resuming from {checkpoint}.")
-    return checkpoint
+        return bool(checkpoint_dirs(path / "checkpoints")) or any((path / name).exists() for name in markers)
+
+    return RunFolder(run, "train", own_files, holds_run, is_main=args.process_index == 0)
 
 
 def describe_run(trainer: TranslationTrainer, pairs: int, precision: dict) -> None:
@@ -247,9 +228,13 @@ def describe_run(trainer: TranslationTrainer, pairs: int, precision: dict) -> No
 # -- the trainer -------------------------------------------------------------------------------------------
 
 
-class TranslationTrainer(Seq2SeqTrainer):
+class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
     """``Seq2SeqTrainer`` with §5's batches, optimizer and schedule, the validation BLEU of §6.1's beam
-    search, and crash-safe checkpoints (see the module docstring)."""
+    search, and the run core's crash-safe checkpoints and loss guard (``RunTrainer``)."""
+
+    nonfinite_advice = (
+        "Lower `lr_scale` or `max_grad_norm`, or set `mixed_precision: no` if this is a bf16 overflow."
+    )
 
     args: TranslationTrainingArguments
 
@@ -266,7 +251,6 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.bleu_references = bleu_references
         self.tokens_since_log, self.log_started = 0, time.monotonic()
         self.scoring_tokens = False  # prediction_step's mode: the validation loss's sums, or Seq2SeqTrainer's
-        self.nonfinite_batch, self.nonfinite_in_a_row = None, 0  # guard_update's record
 
     # -- batches --------------------------------------------------------------------------------------
 
@@ -343,46 +327,16 @@ class TranslationTrainer(Seq2SeqTrainer):
     # -- training steps and logs --------------------------------------------------------------------------
 
     def training_step(self, model, inputs, *args, **kwargs):
-        """The trainer's step (forward and backward of one batch), counting the batch's real source and
-        target tokens for the throughput, and guarding the update against a loss that is not finite."""
-        tokens = count_tokens(inputs)
-        self.tokens_since_log += tokens * self.args.world_size
-        loss = super().training_step(model, inputs, *args, **kwargs)
-        if not torch.isfinite(loss).all():
-            self.nonfinite_batch = (len(inputs["input_ids"]), tokens, loss.item())
-        if self.accelerator.sync_gradients:  # the update's last batch: Adam steps next
-            self.guard_update(model)
-        return loss
+        """The run core's step (``RunTrainer``: the trainer's, guarded against a loss that is not finite),
+        counting the batch's real source and target tokens for the throughput."""
+        self.tokens_since_log += count_tokens(inputs) * self.args.world_size
+        return super().training_step(model, inputs, *args, **kwargs)
 
-    def guard_update(self, model) -> None:
-        """Skip an update any of whose batches had a NaN or infinite loss (too high a rate, a bad batch,
-        a bf16 overflow): its gradients are dropped, so Adam leaves the weights and its state as they
-        were; the skip is logged with the update and the batch. After ``NONFINITE_UPDATES_ALLOWED`` in a
-        row the run stops with an error, before any checkpoint holds what such updates did; the last good
-        checkpoint stays the one ``resume`` takes. Every process takes the same decision."""
-        bad = self.nonfinite_batch is not None
-        if self.args.world_size > 1:
-            flag = torch.tensor(float(bad), device=self.args.device)
-            bad = bool(self.accelerator.reduce(flag, "max").item())
-        if not bad:
-            self.nonfinite_in_a_row = 0
-            return
-        model.zero_grad(set_to_none=True)
-        self.nonfinite_in_a_row += 1
-        step = self.state.global_step + 1
-        sentences, tokens, value = self.nonfinite_batch or (0, 0, float("nan"))
-        logger.warning(
-            f"Update {step} skipped: the loss is not finite ({value}) on a batch of {sentences} sentences "
-            f"({tokens} tokens); {self.nonfinite_in_a_row} such update(s) in a row."
-        )
-        self.nonfinite_batch = None
-        if self.nonfinite_in_a_row >= NONFINITE_UPDATES_ALLOWED:
-            raise ValueError(
-                f"The loss was not finite for {self.nonfinite_in_a_row} updates in a row (the last: update "
-                f"{step}, learning rate {self.lr_scheduler.get_last_lr()[0]:.3g}); the run stops. Lower "
-                "`lr_scale` or `max_grad_norm`, or set `mixed_precision: no` if this is a bf16 overflow. "
-                f"The last good checkpoint is in {checkpoints_folder(self.args)}."
-            )
+    def checkpoints_folder(self) -> Path:
+        return checkpoints_folder(self.args)
+
+    def describe_batch(self, inputs) -> str:
+        return f"{len(inputs['input_ids'])} sentences ({count_tokens(inputs)} tokens)"
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         """The trainer's log, with the training throughput in tokens per second since the last row."""
@@ -480,43 +434,6 @@ class TranslationTrainer(Seq2SeqTrainer):
         pad = self.processing_class.pad_token_id
         ids = np.where(predictions == -100, pad, predictions)
         return [text.strip() for text in self.processing_class.batch_decode(ids, skip_special_tokens=True)]
-
-    # -- checkpoints ----------------------------------------------------------------------------------
-
-    def _save_checkpoint(self, model, trial, *args, **kwargs):
-        """The trainer's checkpoint, written under ``.tmp-checkpoint-N/`` and renamed into place once every
-        process has written its part (see ``checkpoints.py``): never a partial ``checkpoint-N``."""
-        run = self.args.output_dir
-        root = checkpoints_folder(self.args)
-        staged = staging_dir(root, self.state.global_step)
-        if self.args.should_save:
-            root.mkdir(parents=True, exist_ok=True)
-            tidy_up(root)
-        self.accelerator.wait_for_everyone()
-        self.args.output_dir = str(staged)
-        try:
-            super()._save_checkpoint(model, trial, *args, **kwargs)
-        except OSError as error:
-            if error.errno != errno.ENOSPC:
-                raise
-            shutil.rmtree(staged, ignore_errors=True)
-            latest = latest_checkpoint(root)
-            raise OSError(
-                errno.ENOSPC,
-                f"No space left on the device while writing checkpoint {self.state.global_step} under {root}; "
-                f"nothing was lost: the checkpoints before it are intact (the latest: "
-                f"{latest.name if latest else 'none yet'}). Free some space and run the same command with "
-                "resume=true.",
-            ) from error
-        finally:
-            self.args.output_dir = run
-        self.accelerator.wait_for_everyone()
-        if self.args.should_save:
-            staged_checkpoint = staged / f"checkpoint-{self.state.global_step}"
-            (staged_checkpoint / SETTINGS_FILE).write_text(json.dumps(run_settings(self.args), indent=2))
-            write_checksums(staged_checkpoint)  # last: the record of a complete checkpoint
-            publish_checkpoint(staged_checkpoint, root, self.args.save_total_limit)
-        self.accelerator.wait_for_everyone()
 
 
 def count_tokens(batch) -> int:

@@ -1,4 +1,4 @@
-"""Checkpoints that survive crashes, and checkpoint averaging (§6.1).
+"""Checkpoints that survive crashes, for every trainer of the package (``run_trainer.RunTrainer``).
 
 A checkpoint is the Trainer's folder ``checkpoint-1200/``: a complete ``save_pretrained`` folder
 (safetensors, config, generation config, tokenizer, remote code) beside the optimizer, scheduler and RNG
@@ -9,8 +9,8 @@ The Trainer writes a checkpoint in place, file by file, and ``get_last_checkpoin
 number whatever it holds. Here every change to the folder of checkpoints is an atomic rename instead, so
 a process killed at any moment leaves each ``checkpoint-*`` folder complete:
 
-* a checkpoint is written under ``.tmp-checkpoint-N/`` (``TranslationTrainer`` points the Trainer's save
-  there) and renamed into place when complete (``publish_checkpoint``);
+* a checkpoint is written under ``.tmp-checkpoint-N/`` (``RunTrainer`` points the Trainer's save there)
+  and renamed into place when complete (``publish_checkpoint``);
 * a step saved again (a run restarted in the same folder) moves the earlier save aside to
   ``.replaced-checkpoint-N`` before the new one takes its name, and deletes it only afterwards; killed
   between the two renames, the earlier save still counts as checkpoint N (``checkpoint_dirs``), and the
@@ -32,11 +32,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -81,31 +78,16 @@ def checkpoint_dirs(root: Path) -> list[Path]:
     return [found[step] for step in sorted(found)]
 
 
-def spaced_checkpoints(root: Path, last: int, spacing: int) -> list[Path]:
-    """The last ``last`` checkpoints of a run at least about ``spacing`` updates apart (§6.1 averages
-    checkpoints written at regular intervals). A checkpoint written only a few updates before the next
-    one (the final save when a time budget stops a run just after a periodic save) is left out, so it
-    does not count twice in the average."""
-    chosen: list[Path] = []
-    for folder in reversed(checkpoint_dirs(root)):
-        if len(chosen) == last:
-            break
-        step = checkpoint_step(folder)
-        if chosen and checkpoint_step(chosen[-1]) - step < spacing // 2:
-            continue
-        chosen.append(folder)
-    return chosen[::-1]
-
-
 def latest_checkpoint(root: Path) -> Path | None:
     found = checkpoint_dirs(root)
     return found[-1] if found else None
 
 
-def publish_checkpoint(staged: Path, root: Path, keep: int | None) -> Path:
+def publish_checkpoint(staged: Path, root: Path, keep: int | None, protect: Path | None = None) -> Path:
     """Rename the complete checkpoint ``staged`` (``.tmp-checkpoint-N/checkpoint-N``) into ``root``,
-    atomically (see the module docstring), and delete the checkpoints beyond the last ``keep`` (None: none). The
-    main process calls it once every process has written its part."""
+    atomically (see the module docstring), and delete the checkpoints beyond the last ``keep`` (None: none),
+    never ``protect`` (the best checkpoint, which ``load_best_model_at_end`` loads at the end, as the
+    Trainer's own rotation keeps it). The main process calls it once every process has written its part."""
     final = root / staged.name
     replaced = root / f".replaced-{staged.name}"
     if final.exists():  # the same step saved again: the earlier save steps aside, whole
@@ -114,7 +96,8 @@ def publish_checkpoint(staged: Path, root: Path, keep: int | None) -> Path:
     shutil.rmtree(staged.parent, ignore_errors=True)  # the empty .tmp-checkpoint-N
     _delete(replaced)
     for old in checkpoint_dirs(root)[:-keep] if keep else []:
-        _delete(old)
+        if protect is None or old.resolve() != Path(protect).resolve():
+            _delete(old)
     return final
 
 
@@ -138,8 +121,8 @@ def write_checksums(folder: Path) -> None:
 
 def damage(folder: Path) -> str | None:
     """What is wrong with a checkpoint (a missing, truncated or changed file, named), or None if every
-    file matches its checksum. A checkpoint without checksums (written by another tool, or before they
-    were kept) cannot be checked: None."""
+    file matches its checksum. A checkpoint without checksums (written by another tool) cannot be checked:
+    None."""
     try:
         sums = json.loads((folder / CHECKSUMS_FILE).read_text())
     except FileNotFoundError:
@@ -185,67 +168,8 @@ def _delete(folder: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def average_checkpoints(model_dirs: Sequence[str | Path], output_dir: str | Path) -> Path:
-    """§6.1: average the parameters of several checkpoints of one run into a new model folder.
-
-    The first folder supplies config, tokenizer, generation config and code; every folder must hold
-    the same tensors. Every folder is checked before anything is averaged (``loading.check_model_folder``:
-    config.json of this package's model, readable weights, a tokenizer that fits the vocabulary); a bad one
-    is named. Returns the output folder, loadable with ``from_pretrained``.
-    """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from ...loading import check_model_folder, load_saved_model
-
-    if len(model_dirs) < 1:
-        raise ValueError("Give at least one checkpoint to average.")
-    folders = [_model_folder(Path(d)) for d in model_dirs]
-    model = load_saved_model(folders[0], AutoModelForSeq2SeqLM)  # checks the first folder
-    for folder in folders[1:]:
-        check_model_folder(folder)
-    total: dict[str, torch.Tensor] | None = None
-    for folder in folders:
-        tensors = load_file(folder / "model.safetensors")
-        if total is None:
-            total = {name: tensor.to(torch.float64) for name, tensor in tensors.items()}
-            dtypes = {name: tensor.dtype for name, tensor in tensors.items()}
-            continue
-        if tensors.keys() != total.keys():
-            lacks, holds = sorted(total.keys() - tensors.keys()), sorted(tensors.keys() - total.keys())
-            raise ValueError(
-                f"{folder} holds different tensors than {folders[0]} (it lacks "
-                f"{', '.join(lacks[:3]) or '-'}, holds {', '.join(holds[:3]) or '-'}); average checkpoints "
-                "of one run."
-            )
-        for name, tensor in tensors.items():
-            if tensor.shape != total[name].shape:
-                raise ValueError(
-                    f"{folder}'s {name} is {list(tensor.shape)}, {folders[0]}'s {list(total[name].shape)}; "
-                    "average checkpoints of one run."
-                )
-            total[name] += tensor.to(torch.float64)
-    averaged = {name: (value / len(folders)).to(dtypes[name]) for name, value in total.items()}
-    result = model.load_state_dict(averaged, strict=False)
-    tied = set(model.all_tied_weights_keys)  # stored once in the file, shared in the model
-    if result.unexpected_keys or set(result.missing_keys) - tied:
-        raise ValueError(
-            f"Averaged tensors do not fit the model of {folders[0]}: missing "
-            f"{sorted(set(result.missing_keys) - tied)}, unexpected {sorted(result.unexpected_keys)}."
-        )
-    output_dir = Path(output_dir)
-    model.save_pretrained(output_dir)
-    AutoTokenizer.from_pretrained(folders[0]).save_pretrained(output_dir)
-    return output_dir
-
-
-def _model_folder(path: Path) -> Path:
-    """Accept a model folder or a folder holding ``model/`` (a run folder)."""
-    if not (path / "config.json").is_file() and (path / "model" / "config.json").is_file():
-        return path / "model"
-    return path
-
-
 __all__ = [
+    "STATE_FILE",
     "damage",
     "write_checksums",
     "publish_checkpoint",
@@ -254,5 +178,4 @@ __all__ = [
     "latest_checkpoint",
     "checkpoint_dirs",
     "checkpoint_step",
-    "average_checkpoints",
 ]

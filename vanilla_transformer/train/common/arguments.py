@@ -1,0 +1,78 @@
+"""The settings every training run shares, with one meaning in both tasks: where relative data files are
+read from, whether the run folder's run is continued or replaced, the precision, and the time budgets.
+
+Translation's ``TranslationTrainingArguments`` and classification's ``ClassificationArguments`` both derive
+from ``RunArguments``; what the run folder is differs only in its name (translation's ``output_dir``,
+classification's ``run_dir``: ``run_folder``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...precision import check_mixed_precision
+from .run_folder import OVERWRITE_CHOICES, RESUME_CHOICES, normalise_choice
+
+# Settings that read true/false or a word (YAML gives the first two as booleans).
+FLAG_OR_WORD = {"resume": RESUME_CHOICES, "overwrite": OVERWRITE_CHOICES}
+
+
+@dataclass
+class RunArguments:
+    data_dir: str | None = field(
+        default=None,
+        metadata={"help": "Folder that relative data files are read from (default: $VT_DATA_DIR)."},
+    )
+    resume: str = field(
+        default="false",
+        metadata={
+            "help": "Continue the run the folder holds: true (from its newest intact checkpoint; a fresh start "
+            "where it has none) | auto (the same, and a new run where the folder holds none: a requeued job's "
+            "same command) | false (a folder that holds a run is refused). Only budgets, logging and "
+            "evaluation may differ from the checkpoint's settings."
+        },
+    )
+    overwrite: str = field(
+        default="false",
+        metadata={
+            "help": "Start a new run in a folder that holds one: true (the old run's files are moved aside to "
+            "<folder>.replaced-<time>/) | delete (they are deleted) | false."
+        },
+    )
+    mixed_precision: str = field(
+        default="auto",
+        metadata={"help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16."},
+    )
+    run_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "The run's wall-clock budget over all its invocations: it stops cleanly there (and the "
+            "learning rate's decay ends there)."
+        },
+    )
+    session_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop this invocation after this many minutes, with a checkpoint; the same command with "
+            "resume: true (or auto) continues the run."
+        },
+    )
+
+    def __post_init__(self):
+        for name, choices in FLAG_OR_WORD.items():
+            setattr(self, name, normalise_choice(name, getattr(self, name), choices))
+        if self.resume != "false" and self.overwrite != "false":
+            raise ValueError(
+                f"Set `resume` ({self.resume}) or `overwrite` ({self.overwrite}), not both: one continues the "
+                "folder's run, the other replaces it."
+            )
+        for name in ("run_minutes", "session_minutes"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:  # 0: stop after the first update
+                raise ValueError(f"`{name}` must be a number of minutes >= 0, got {value!r}.")
+        check_mixed_precision(self.mixed_precision)
+        parent = getattr(super(), "__post_init__", None)  # TrainingArguments' where a task derives from both
+        if parent is not None:
+            parent()
+
+
+__all__ = ["RunArguments", "FLAG_OR_WORD"]
