@@ -22,6 +22,7 @@ from vanilla_transformer.attention_maps import attention_weights, token_labels
 from vanilla_transformer.cli import main
 from vanilla_transformer.demo import draw_head
 from vanilla_transformer.hub import space_files
+from vanilla_transformer.outputs import MARKER
 
 SENTENCE = "a wonderful film with a great cast"
 
@@ -79,7 +80,8 @@ def test_command_writes_one_png_per_kind_of_attention(
         ]
     )
     written = sorted(p.name for p in (tmp_path / "maps").iterdir())
-    assert written == sorted(f"{kind}_attention.png" for kind in pictures)
+    # One PNG a kind of attention, and the marker by which a later `attention --force` knows its own output.
+    assert written == sorted([MARKER, *(f"{kind}_attention.png" for kind in pictures)])
     assert capsys.readouterr().out.count("Wrote ") == len(pictures)
     # Each picture is a grid of layers (rows) by heads (columns), each head's square 0.22 inch a token (at
     # least 1.6), at 100 dpi; the queries and keys are the sentence's tokens and, for the seq2seq model,

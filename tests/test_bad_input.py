@@ -29,9 +29,8 @@ def folder(tmp_path, tokenizer):
 def _translate(folder, lines, tmp_path) -> list[str]:
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    main(
-        ["translate", "--model", str(folder), "--input", str(source), "--output", str(output), "--beams", "1"]
-    )
+    files = ["--input", str(source), "--output", str(output), "--force"]  # each call rewrites out.txt
+    main(["translate", "--model", str(folder), *files, "--beams", "1"])
     return output.read_text(encoding="utf-8").split("\n")[:-1]
 
 

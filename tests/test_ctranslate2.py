@@ -317,11 +317,22 @@ def test_refuses_a_folder_without_tokenizer_or_an_unsupported_setting(tokenizer,
         export_ctranslate2(tmp_path / "odd", tmp_path / "out", quantization="int4")
 
 
-def test_keeps_an_existing_output_folder_unless_forced(trained_folder, exported):
-    with pytest.raises(FileExistsError, match="force=True"):
+def test_replaces_only_its_own_earlier_export_and_only_when_forced(trained_folder, exported, tmp_path):
+    """An earlier export (its marker) is kept unless force=True; the model folder itself, a folder holding it
+    or one the export did not write is never replaced, force or not, and stays as it was."""
+    with pytest.raises(FileExistsError, match=r"holds an earlier `export-ct2` output .*pass --force"):
         export_ctranslate2(trained_folder, exported)
-    with pytest.raises(ValueError, match="must differ"):
+    model_files = {path.name: path.read_bytes() for path in trained_folder.iterdir()}
+    with pytest.raises(ValueError, match="is an input of this command"):
         export_ctranslate2(trained_folder, trained_folder, force=True)
+    with pytest.raises(ValueError, match="holds the input"):
+        export_ctranslate2(trained_folder, trained_folder.parent, force=True)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("kept")
+    with pytest.raises(ValueError, match="not empty .* was not written by `export-ct2`"):
+        export_ctranslate2(trained_folder, tmp_path / "mine", force=True)
+    assert {path.name: path.read_bytes() for path in trained_folder.iterdir()} == model_files
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "kept"
 
 
 def test_names_the_extra_when_ctranslate2_is_missing(trained_folder, monkeypatch, tmp_path):
@@ -368,5 +379,5 @@ def test_cli_exports_and_translates_with_each_engine(trained_folder, reference, 
     for approximate in ("int8", "bf16"):
         same = np.mean([a == b for a, b in zip(outputs[approximate], outputs["pytorch"], strict=True)])
         assert same >= 0.9, (approximate, same)
-    with pytest.raises(SystemExit, match="exists"):  # an existing export is kept unless --force
+    with pytest.raises(SystemExit, match="holds an earlier `export-ct2` output"):  # kept unless --force
         main(["export-ct2", "--model", str(trained_folder), "--output", str(tmp_path / "ct2")])

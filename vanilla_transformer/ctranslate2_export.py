@@ -30,7 +30,8 @@ Where the two conventions differ, the export makes CTranslate2 compute what ``ge
 
 The output folder holds ``model.bin``, CTranslate2's ``config.json``, ``shared_vocabulary.json`` (the
 tokenizer's tokens in id order), the tokenizer's own files and our ``generation_config.json`` (the §6.1
-decoding defaults that :func:`translate_ctranslate2` reads).
+decoding defaults that :func:`translate_ctranslate2` reads), and the marker of an export
+(``outputs.MARKER``), by which ``force`` recognises an earlier export it may replace.
 
 A folder the export cannot read (another architecture, missing or damaged weights, a tokenizer larger
 than the model's vocabulary) is refused before anything is converted, with the file or field named.
@@ -53,6 +54,7 @@ from .modeling_vanilla_transformer import (
     PAPER_NUM_BEAMS,
     UNSET_MAX_LENGTH,
 )
+from .outputs import check_folder_output, folder_output
 
 INSTALL_HINT = 'pip install "vanilla-transformer[ctranslate2]"'
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -96,14 +98,16 @@ def export_ctranslate2(
         quantization: the type the weights are stored in: ``"float32"``, ``"float16"``, ``"bfloat16"``,
             ``"int8"``, ``"int8_float32"``, ``"int8_float16"``, ``"int8_bfloat16"``, ``"int16"``, or None
             to keep the saved dtype. CTranslate2 can still pick another compute type when loading.
-        force: replace ``output_dir`` if it exists (its contents are deleted).
+        force: replace an earlier export in ``output_dir`` (recognised by the marker it leaves there, and
+            holding nothing else). A folder holding a model, a training run or anything else, or one that is
+            ``model_dir`` or holds it, is never replaced (``outputs.check_folder_output``). The export is
+            written beside ``output_dir`` and renamed into place when complete.
         reduce_range: with an int8 ``quantization``, store weights in 7 bits (-63..63 per row, as PyTorch's
             ``reduce_range``) instead of CTranslate2's 8. On x86 CPUs without VNNI (AVX2 only) CTranslate2
             multiplies unsigned 8-bit activations by signed 8-bit weights with instructions that add pairs of
-            products into saturating 16-bit sums; full-range weights overflow them. Measured on an AVX2-only
-            AMD EPYC (tests/test_ctranslate2.py's 300 held-out sentences): 8-bit weights agreed with
-            float32's translations on 31 % of sentences, 7-bit ones on 93-95 %, and were as often right.
-            The cost is one bit of weight precision everywhere, GPUs included (their int8 products do not
+            products into saturating 16-bit sums; full-range weights overflow them and change most
+            translations, where 7-bit ones mostly agree with float32's (measured: docs/serving.md). The cost
+            is one bit of weight precision everywhere, GPUs included (their int8 products do not
             saturate). ``False`` keeps CTranslate2's own 8-bit weights: for a model served only on GPUs or on
             CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX).
 
@@ -113,22 +117,26 @@ def export_ctranslate2(
     Raises:
         ImportError: ``ctranslate2`` is not installed.
         FileNotFoundError: ``model_dir`` does not exist or has no ``config.json``, weights or tokenizer.
-        FileExistsError: ``output_dir`` exists and ``force`` is not set.
+        FileExistsError: ``output_dir`` holds an earlier export and ``force`` is not set.
         ValueError: the folder is not a translation model of this package (another architecture's
             ``model_type``, a classifier), its weights are damaged, its tokenizer has more tokens than
-            ``vocab_size``, or a setting CTranslate2 cannot express.
+            ``vocab_size``, or a setting CTranslate2 cannot express; or ``output_dir`` is never replaced (an
+            input, a model, a run, another command's output, a folder holding files the export did not write).
     """
     ctranslate2 = _import_ctranslate2()
     model_dir, output_dir = Path(model_dir), Path(output_dir)
+    check_folder_output(output_dir, "export-ct2", [model_dir], force)  # before anything is read
     _check_model_folder(model_dir)
     if quantization is not None and quantization not in ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES:
         choices = ", ".join(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
         raise ValueError(f"Unknown quantization {quantization!r}; choose one of {choices} (or None).")
-    if output_dir.resolve() == model_dir.resolve():
-        raise ValueError("`output_dir` must differ from `model_dir`: the conversion empties it first.")
-    if output_dir.exists() and not force:
-        raise FileExistsError(f"{output_dir} already exists; pass --force (force=True) to replace it.")
+    with folder_output(output_dir, "export-ct2", [model_dir], force) as staging:
+        _convert(ctranslate2, model_dir, staging, quantization, reduce_range)
+    return output_dir
 
+
+def _convert(ctranslate2, model_dir: Path, output_dir: Path, quantization: str | None, reduce_range: bool):
+    """Write the CTranslate2 model of ``model_dir`` into the new, empty folder ``output_dir``."""
     from transformers import AutoTokenizer
 
     from .loading import load_saved_model
@@ -155,12 +163,11 @@ def export_ctranslate2(
                 _store_int8_weights_in_seven_bits(spec)
             return spec
 
-    with torch.no_grad():
-        VanillaTransformerConverter().convert(str(output_dir), quantization=quantization, force=force)
+    with torch.no_grad():  # force: convert() replaces the (empty) staging folder it is given
+        VanillaTransformerConverter().convert(str(output_dir), quantization=quantization, force=True)
     # convert() empties the folder first, so the tokenizer and decoding defaults go in afterwards.
     tokenizer.save_pretrained(output_dir)
     model.generation_config.save_pretrained(output_dir)
-    return output_dir
 
 
 def _store_int8_weights_in_seven_bits(spec) -> None:

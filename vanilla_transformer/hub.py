@@ -23,9 +23,20 @@ from huggingface_hub.utils import filter_repo_objects
 from .loading import load_saved_model
 from .model_card import write_model_card
 from .model_tasks import MODEL_TASKS
+from .outputs import MARKER
 
-# Training by-products that may sit in a model folder and do not belong on the Hub.
-IGNORE_PATTERNS = ["checkpoint-*/**", "eval/**", "trainer-*/**", "runs/**", "*.pt", "*.pth", "*.bin"]
+# Training by-products that may sit in a model folder and do not belong on the Hub, and the marker a
+# command leaves in the folder it wrote (outputs.MARKER: `average`'s model folder).
+IGNORE_PATTERNS = [
+    "checkpoint-*/**",
+    "eval/**",
+    "trainer-*/**",
+    "runs/**",
+    "*.pt",
+    "*.pth",
+    "*.bin",
+    MARKER,
+]
 
 
 def missing_files(folder: str | Path) -> list[str]:
