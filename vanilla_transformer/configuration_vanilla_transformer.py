@@ -108,6 +108,10 @@ class VanillaTransformerConfig(PretrainedConfig):
         source_lang: language code of the text a translation model reads (e.g. ``"de"``), recorded by
             the training run; the translation pipeline checks ``src_lang`` against it. Optional.
         target_lang: language code of the text a translation model writes (e.g. ``"en"``). Optional.
+        tokenizer_fingerprint: SHA-256 (64 hex digits) of the vocabulary and special-token ids of the
+            tokenizer the model was trained with (``vanilla_transformer.tokenization.tokenizer_fingerprint``),
+            recorded by the training run, so that a folder's tokenizer is checked against its model, not
+            only by its size. Optional: a config without one (saved by other tools) checks the size only.
 
     Example:
         >>> from vanilla_transformer import VanillaTransformerConfig
@@ -161,6 +165,7 @@ class VanillaTransformerConfig(PretrainedConfig):
     sparse_prediction: bool = False
     source_lang: str | None = None
     target_lang: str | None = None
+    tokenizer_fingerprint: str | None = None
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
@@ -213,6 +218,15 @@ class VanillaTransformerConfig(PretrainedConfig):
             value = getattr(self, name)
             if isinstance(value, int) and not 0 <= value < self.vocab_size:
                 raise ValueError(f"`{name}` ({value}) must lie in [0, vocab_size={self.vocab_size}).")
+        fingerprint = self.tokenizer_fingerprint
+        if fingerprint is not None and not (
+            isinstance(fingerprint, str)
+            and len(fingerprint) == 64
+            and all(c in "0123456789abcdef" for c in fingerprint)
+        ):
+            raise ValueError(
+                f"`tokenizer_fingerprint` must be a SHA-256 in 64 lowercase hex digits, got {fingerprint!r}."
+            )
         if self.is_encoder_decoder and self.is_decoder:
             raise ValueError(
                 "`is_decoder=True` selects the decoder-only model; it cannot be combined with "

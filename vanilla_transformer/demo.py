@@ -8,13 +8,18 @@ For a causal language model: a continuation. Bad input (empty or over-long text,
 model of ours: another architecture, missing or damaged weights, a tokenizer larger than the vocabulary)
 gets a message on the page; the server keeps serving.
 
-    vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H]
+    vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code]
     python -m vanilla_transformer.demo --model DIR_OR_HUB_ID
+
+With the package installed, the page serves a folder or Hub id with the package's own classes and
+text-classification pipeline: none of the folder's ``.py`` files runs (a changed ``modeling_*.py`` or
+pipeline file included) unless the user asks with ``--trust-remote-code`` (``trust_remote_code=True`` in
+Python), as transformers itself requires; then the folder's own code loads through the Auto classes.
 
 The same file runs as a Space's ``app.py`` (``vanilla-transformer push --with-demo`` uploads it with
 ``attention_maps.py`` and a ``requirements.txt``): there the package need not be installed, the model is
 ``$VT_DEMO_MODEL`` (a Hub id or folder) or the folder the file sits in, and it loads through the Auto
-classes with the model's own remote code.
+classes with the model's own remote code, the code its owner uploaded beside this file.
 """
 
 from __future__ import annotations
@@ -72,22 +77,24 @@ class Loaded:
     classifier: object | None = None
 
 
-def load_for_demo(model_path: str | Path) -> Loaded:
+def load_for_demo(model_path: str | Path, *, trust_remote_code: bool = False) -> Loaded:
     """Load a saved folder or Hub id; a ``ValueError`` (``FileNotFoundError`` for a missing file) that says
     what is wrong when it is not a translation model, classifier or causal LM of this package (or cannot be
     read). With the package installed, a local folder first gets the checks every command runs
-    (``loading.check_model_folder``: another architecture, missing or damaged weights, a tokenizer larger
-    than ``vocab_size``)."""
+    (``loading.check_model_folder``: another architecture, missing or damaged weights, a tokenizer that is
+    not the model's), and the package's own classes and pipeline serve it: the folder's ``.py`` files run
+    only with ``trust_remote_code`` (the user's choice). Without the package (a Space's ``app.py``), the
+    folder's own code is the only code there is."""
     from transformers import AutoTokenizer, PretrainedConfig
 
     model_path = str(model_path)
     folder = Path(model_path).expanduser()
-    # Without the package (a Space's app.py), the folder's own remote code defines the config and model.
-    remote_code = importlib.util.find_spec("vanilla_transformer") is None
-    if not remote_code and folder.exists():
+    package = importlib.util.find_spec("vanilla_transformer") is not None
+    remote_code = trust_remote_code or not package
+    if package and folder.exists():
         from vanilla_transformer.loading import check_model_folder
 
-        check_model_folder(folder)
+        check_model_folder(folder, trust_remote_code=trust_remote_code)
     if folder.is_dir() and not (folder / "config.json").is_file():
         raise ValueError(f"{model_path!r} is not a saved model folder: it has no config.json.")
     if not folder.exists() and (model_path.startswith(("/", ".", "~")) or model_path.count("/") != 1):
@@ -116,7 +123,7 @@ def load_for_demo(model_path: str | Path) -> Loaded:
         from vanilla_transformer.loading import MODEL_CLASSES, load_saved_model
 
         model = load_saved_model(model_path, MODEL_CLASSES[architecture], allow_hub_id=True)
-    else:
+    else:  # the folder's own modeling_*.py
         import transformers
 
         model = getattr(transformers, auto_class).from_pretrained(model_path, trust_remote_code=True)
@@ -127,11 +134,17 @@ def load_for_demo(model_path: str | Path) -> Loaded:
     if tokenizer.model_max_length < limit:
         limit, limit_name = tokenizer.model_max_length, "the tokenizer's model_max_length"
     classifier = None
-    if task == "classification":
+    if task == "classification" and remote_code:
         from transformers import pipeline
 
-        # The folder names its own pipeline (config.custom_pipelines): remote code, in both cases.
+        # The pipeline the folder names (config.custom_pipelines): its own classification_pipeline.py.
         classifier = pipeline("text-classification", model=model_path, trust_remote_code=True)
+    elif task == "classification":  # the same pipeline, the package's own copy
+        from vanilla_transformer.classification_pipeline import LongTextClassificationPipeline
+
+        classifier = LongTextClassificationPipeline(
+            model=model, tokenizer=tokenizer, task="text-classification"
+        )
     return Loaded(model, tokenizer, task, limit, limit_name, classifier)
 
 
@@ -278,14 +291,15 @@ def _describe(model_path: str, loaded: Loaded) -> str:
     return "\n".join(lines)
 
 
-def build_demo(model_path: str | Path, *, fail_on_bad_model: bool = False):
+def build_demo(model_path: str | Path, *, fail_on_bad_model: bool = False, trust_remote_code: bool = False):
     """The Gradio Blocks page for ``model_path`` (a saved folder or Hub id). A path that holds no model
     of ours gives a page that says so, instead of an exception; with ``fail_on_bad_model`` (the ``demo``
-    command) the exception is raised, before any server starts."""
+    command) the exception is raised, before any server starts. ``trust_remote_code``: serve the folder
+    with its own ``.py`` files (:func:`load_for_demo`)."""
     gr = _gradio()
     model_path = str(model_path)
     try:
-        loaded = load_for_demo(model_path)
+        loaded = load_for_demo(model_path, trust_remote_code=trust_remote_code)
     except (ValueError, OSError, ImportError, RuntimeError) as error:  # e.g. weights of another shape
         if fail_on_bad_model:
             raise
@@ -436,12 +450,14 @@ def launch(
     port: int | None = None,
     *,
     fail_on_bad_model: bool = False,
+    trust_remote_code: bool = False,
     **kwargs,
 ):
     """Serve the page (blocking unless ``prevent_thread_lock=True``); host and port default to Gradio's
     (127.0.0.1:7860, or ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` as a Space sets them).
-    ``fail_on_bad_model``: raise, instead of serving a page that says what is wrong with the model."""
-    demo = build_demo(model_path, fail_on_bad_model=fail_on_bad_model)
+    ``fail_on_bad_model``: raise, instead of serving a page that says what is wrong with the model.
+    ``trust_remote_code``: run the folder's own ``.py`` files (by default the package's classes serve it)."""
+    demo = build_demo(model_path, fail_on_bad_model=fail_on_bad_model, trust_remote_code=trust_remote_code)
     demo.launch(server_name=host, server_port=port, theme=theme(), **kwargs)
     return demo
 
@@ -471,10 +487,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--host", help="Default: $GRADIO_SERVER_NAME or 127.0.0.1 (0.0.0.0 serves other machines)."
     )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="With the package installed: run the folder's own .py files instead of the package's classes.",
+    )
     options = parser.parse_args(argv)
     if not options.model:
         parser.error(f"no model: pass --model DIR_OR_HUB_ID or set ${MODEL_ENV}")
-    launch(options.model, host=options.host, port=options.port)
+    launch(options.model, host=options.host, port=options.port, trust_remote_code=options.trust_remote_code)
 
 
 if __name__ == "__main__":

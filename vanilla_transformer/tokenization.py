@@ -9,10 +9,16 @@ them), split into words and punctuation, and each word's UTF-8 bytes are merged 
 Special tokens are fixed at the ids the config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3;
 every encoded sequence ends in ``</s>``. The result loads offline with
 ``AutoTokenizer.from_pretrained(folder)``.
+
+:func:`tokenizer_fingerprint` names a vocabulary: a training run records it in the model's config
+(``tokenizer_fingerprint``), so that a folder's ``tokenizer.json`` can be checked against the model it was
+saved with (``loading.check_model_folder``), not only by its size.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -20,6 +26,8 @@ from transformers import PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 MASK_TOKEN = "<mask>"
+# The special tokens whose ids a fingerprint records (those a tokenizer does not set count as None).
+FINGERPRINT_SPECIALS = ("pad", "bos", "eos", "unk", "mask", "sep", "cls")
 
 
 def train_bpe_tokenizer(
@@ -83,6 +91,17 @@ def train_bpe_tokenizer(
     )
 
 
+def tokenizer_fingerprint(tokenizer) -> str:
+    """SHA-256 (hex) of what makes token ids mean what a model learned: the vocabulary (every token with
+    its id, added tokens included) and the ids of the special tokens. Not of the saved files, whose other
+    contents (formatting, fields a transformers release adds) may change on a re-save while the ids do
+    not; two tokenizers with the same fingerprint turn every text into the same ids' meanings."""
+    specials = {name: getattr(tokenizer, f"{name}_token_id", None) for name in FINGERPRINT_SPECIALS}
+    record = {"vocabulary": sorted(tokenizer.get_vocab().items()), "special_ids": specials}
+    text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _nonempty(texts: Iterable[str]) -> Iterable[str]:
     seen = False
     for text in texts:
@@ -93,4 +112,4 @@ def _nonempty(texts: Iterable[str]) -> Iterable[str]:
         raise ValueError("Cannot train a tokenizer on no text: every training sentence was empty.")
 
 
-__all__ = ["train_bpe_tokenizer", "SPECIAL_TOKENS", "MASK_TOKEN"]
+__all__ = ["train_bpe_tokenizer", "tokenizer_fingerprint", "SPECIAL_TOKENS", "MASK_TOKEN"]

@@ -4,13 +4,60 @@ file, label names, the texts as the classifier reads them, and pre-training's co
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, load_dataset
 
 from ...classification_pipeline import LongText, clean_text, encode_long_texts
-from ..common.data import check_data_file, data_path
+from ...loading import is_hub_id
+from ..common.data import check_data_file, data_path, refuse_missing
 from .arguments import ClassificationArguments
+
+# The settings that name a run's data: files (``dataset: json``) or a Hub data set's splits.
+DATA_SETTINGS = ("train_file", "validation_file", "test_file", "unlabelled_files")
+
+
+def check_data_paths(args: ClassificationArguments, settings: tuple[str, ...] = DATA_SETTINGS) -> None:
+    """Every data path of a classification recipe, checked at once before any work (``training_and_
+    validation`` calls it first; a trainer may call it before anything else): for ``dataset: json`` the
+    files ``settings`` name (a missing one is a ``FileNotFoundError`` naming each setting and path), for a
+    Hub data set the split names (a ``ValueError`` listing the splits it has); and ``pretrained_model``, a
+    folder that must exist (a Hub id is left to ``from_pretrained``)."""
+    named = {}  # setting -> the file or split it names
+    for setting in settings:
+        value = getattr(args, setting)
+        if isinstance(value, list):
+            named |= {f"{setting}[{index}]": item for index, item in enumerate(value)}
+        elif value is not None:
+            named[setting] = value
+    if args.dataset == "json":
+        refuse_missing(
+            {setting: data_path(file, args.data_dir) for setting, file in named.items()}, args.data_dir
+        )
+    elif named:
+        _check_split_names(args.dataset, named)
+    model = args.pretrained_model
+    if model and not is_hub_id(model) and not (Path(model) / "config.json").is_file():
+        what = "does not exist" if not Path(model).exists() else "holds no config.json"
+        raise FileNotFoundError(
+            f"`pretrained_model`: {model} {what}; name a folder a pre-training run saved."
+        )
+
+
+def _check_split_names(dataset: str, named: dict[str, str]) -> None:
+    from datasets import get_dataset_split_names
+
+    try:
+        splits = list(get_dataset_split_names(dataset))
+    except Exception:  # noqa: BLE001 - offline, or splits only known once read: load_dataset names them
+        return
+    wrong = [f"{setting}={split!r}" for setting, split in named.items() if split not in splits]
+    if wrong:
+        raise ValueError(
+            f"{dataset} has no split {'; '.join(wrong)}: its splits are {', '.join(splits)} (with a Hub data "
+            "set, train_file / validation_file / test_file / unlabelled_files name its splits)."
+        )
 
 
 def load_split(args: ClassificationArguments, file: str, labelled: bool = True) -> tuple[Dataset, str]:
@@ -40,6 +87,14 @@ def _row_problem(row: dict, args: ClassificationArguments, labelled: bool = True
     label = row.get(args.label_column)
     if labelled and (not isinstance(label, int) or isinstance(label, bool)):
         return f"{args.label_column!r} is {label!r}; labels must be integers"
+    if labelled and label < 0:
+        return f"{args.label_column!r} is {label}; labels are class ids 0, 1, ..."
+    names = args.class_names
+    if labelled and names is not None and label >= len(names):
+        return (
+            f"{args.label_column!r} is {label}, outside `class_names` ({len(names)} names: labels 0 to "
+            f"{len(names) - 1})"
+        )
     return None
 
 
@@ -122,7 +177,15 @@ def _runs_of_neighbours(labels, first_rows: list[int], count: int, runs: int, rn
 
 
 def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[int, str], dict[str, int]]:
-    """id2label/label2id: the given names, else NEGATIVE/POSITIVE for 0/1 data, else LABEL_i."""
+    """id2label/label2id: the given names, else NEGATIVE/POSITIVE for 0/1 data, else LABEL_i. Data of fewer
+    than two classes is refused: it would train a one-label regression that reports accuracy 1.0."""
+    classes = sorted(set(labels))
+    if len(classes) < 2:
+        found = f"every row has label {classes[0]}" if classes else "there are no rows"
+        raise ValueError(
+            f"{args.train_file}: {found} (`{args.label_column}`): a classifier needs at least two classes "
+            "in its training data."
+        )
     count = max(labels) + 1
     if min(labels) < 0:
         raise ValueError(f"Labels must be 0..num_labels-1, found {min(labels)}.")
@@ -164,11 +227,15 @@ def subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
     return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
 
 
-def training_and_validation(args: ClassificationArguments, seed: int) -> tuple[Dataset, Dataset]:
+def training_and_validation(
+    args: ClassificationArguments, seed: int, check_paths: bool = True
+) -> tuple[Dataset, Dataset]:
     """``(train, validation)``: ``validation_file``, or the ``validation_size`` texts held out of the
     training file by ``seed``. The one split every stage uses: pre-training leaves these texts out,
     fine-tuning validates on them and ``classify evaluate --split validation`` scores them (the split is
-    drawn from the file as it is, before any shuffling, so all three agree)."""
+    drawn from the file as it is, before any shuffling, so all three agree). Every data path of the recipe
+    is checked first (:func:`check_data_paths`; ``check_paths``: only the training and validation files)."""
+    check_data_paths(args, DATA_SETTINGS if check_paths else ("train_file", "validation_file"))
     train = load_labelled(args, args.train_file)
     if args.validation_file:
         return train, load_labelled(args, args.validation_file)
@@ -226,6 +293,8 @@ def pretraining_dataset(texts: list[str], tokenizer, args: ClassificationArgumen
 
 
 __all__ = [
+    "DATA_SETTINGS",
+    "check_data_paths",
     "load_labelled",
     "split_validation",
     "label_maps",

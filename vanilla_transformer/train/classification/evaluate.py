@@ -16,6 +16,7 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, Traini
 from ...classification_pipeline import LongText, average_logits, encode_long_texts
 from ...loading import load_saved_model
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
+from ..common.data import data_path, refuse_missing
 from ..common.plots import plot_confusion_matrix
 from .arguments import ClassificationArguments
 from .data import load_labelled, subset, training_and_validation
@@ -57,6 +58,8 @@ def evaluate_classifier(
         raise ValueError("Pass a labelled `file` or `split='validation'`, not both.")
     if split == "test" and not (file or args.test_file):
         raise ValueError("Nothing to evaluate on: give a labelled file or set the recipe's `test_file`.")
+    if split == "test" and args.dataset == "json":  # a misspelt file is named before the model loads
+        refuse_missing({"--file" if file else "test_file": data_path(file or args.test_file, args.data_dir)})
     # The folder before the data (refused with the file or field named when it holds no model of ours).
     model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -65,16 +68,14 @@ def evaluate_classifier(
             args.validation_file or f"{args.train_file} (validation_size {args.validation_size}, seed {seed})"
         )
         title = f"validation ({Path(args.validation_file or args.train_file).name})"
-        data = training_and_validation(args, seed)[1]
+        data = training_and_validation(args, seed, check_paths=False)[1]
     else:
         file = file or args.test_file
         title = Path(file).name
         data = load_labelled(args, file)
+    check_labels_fit(data[args.label_column], model.config.num_labels, file)
     data = subset(data, args.max_eval_examples, 0)
     num_labels = model.config.num_labels
-    bad = [label for label in set(data[args.label_column]) if not 0 <= label < num_labels]
-    if bad:
-        raise ValueError(f"{file}: labels {sorted(bad)} are outside the model's num_labels={num_labels}.")
     reading = LongText.from_config(model.config, args.eval_long_text)
     logits = predict_texts(model, tokenizer, data[args.text_column], reading, Path(model_dir) / "eval")
     labels = np.asarray(data[args.label_column])
@@ -98,6 +99,18 @@ def evaluate_classifier(
     return metrics
 
 
+def check_labels_fit(labels: list[int], num_labels: int, file) -> None:
+    """Refuse labels the model has no class for (it was trained on ``num_labels`` classes), naming them and
+    the first row (1-based, among the data's rows) that has one."""
+    bad = sorted({label for label in labels if not 0 <= label < num_labels})
+    if bad:
+        row = next(index for index, label in enumerate(labels, 1) if label in bad)
+        raise ValueError(
+            f"{file}: labels {bad} are outside the model's num_labels={num_labels} (classes 0 to "
+            f"{num_labels - 1}); the first is row {row}'s label {labels[row - 1]}."
+        )
+
+
 def predict_texts(model, tokenizer, texts: list[str], reading: LongText, output_dir: Path) -> torch.Tensor:
     """(texts, labels) logits: each text read as ``reading`` says, a text's windows averaged."""
     views = encode_long_texts(tokenizer, texts, reading)
@@ -115,4 +128,4 @@ def predict_texts(model, tokenizer, texts: list[str], reading: LongText, output_
     return average_logits(torch.as_tensor(predictions), [owners[i] for i in order], len(texts))
 
 
-__all__ = ["classification_metrics", "evaluate_classifier", "predict_texts"]
+__all__ = ["classification_metrics", "evaluate_classifier", "check_labels_fit", "predict_texts"]

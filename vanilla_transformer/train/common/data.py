@@ -1,6 +1,7 @@
-"""Where a run's data files are (``--data-dir`` / ``VT_DATA_DIR``), the one check every data file passes
-before ``datasets`` reads it, and the run's tokenizer: an existing one, or a BPE vocabulary trained on the
-run's text and saved for the next invocation."""
+"""Where a run's data files are (``--data-dir`` / ``VT_DATA_DIR``), the check that every path a run names
+exists (all at once, before any work), the one check every data file passes before ``datasets`` reads it,
+and the run's tokenizer: an existing one, or a BPE vocabulary trained on the run's text and saved for the
+next invocation."""
 
 from __future__ import annotations
 
@@ -29,6 +30,29 @@ def data_path(value: str | None, folder: str | None = None) -> str | None:
         return None
     root = data_dir(folder)
     return str(root / value) if root is not None and not Path(value).is_absolute() else value
+
+
+def refuse_missing(paths: dict[str, str | Path | None], data_folder: str | None = None) -> None:
+    """Raise one ``FileNotFoundError`` naming every setting of ``paths`` (setting -> the file it names; None:
+    unset) whose file does not exist, so that a misspelt path is found before any work, all of them at once.
+    ``data_folder``: the recipe's ``data_dir``, named in the message where relative paths are read from it."""
+    missing = [f"{setting}={path}" for setting, path in paths.items() if path and not Path(path).is_file()]
+    if missing:
+        root = data_dir(data_folder)
+        where = f" (relative paths are read from data_dir / $VT_DATA_DIR: {root})" if root is not None else ""
+        raise FileNotFoundError(f"No such file: {'; '.join(missing)}{where}. Check the recipe's paths.")
+
+
+def check_tokenizer_folder(path: str | Path, setting: str) -> None:
+    """Refuse a tokenizer folder that a setting names (``tokenizer_path``, ``pretrained_model``) when it holds
+    no saved tokenizer, instead of training a new one and writing it there."""
+    path = Path(path)
+    if not (path / "tokenizer.json").is_file():
+        what = "does not exist" if not path.exists() else "holds no tokenizer.json"
+        raise FileNotFoundError(
+            f"`{setting}`: {path} {what}. Name a folder a tokenizer was saved in (a run's tokenizer/ or "
+            "model/), or leave the setting unset to train a tokenizer on the run's data."
+        )
 
 
 def decode_line(raw: bytes, where: str, number: int) -> str:
@@ -115,4 +139,12 @@ def load_or_train_tokenizer(
     return tokenizer
 
 
-__all__ = ["data_dir", "data_path", "decode_line", "check_data_file", "load_or_train_tokenizer"]
+__all__ = [
+    "data_dir",
+    "data_path",
+    "refuse_missing",
+    "check_tokenizer_folder",
+    "decode_line",
+    "check_data_file",
+    "load_or_train_tokenizer",
+]

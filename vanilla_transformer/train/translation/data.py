@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 
 from datasets import Dataset, DatasetDict, load_dataset
 
-from ..common.data import check_data_file, data_path, load_or_train_tokenizer
+from ..common.data import (
+    check_data_file,
+    check_tokenizer_folder,
+    data_path,
+    load_or_train_tokenizer,
+    refuse_missing,
+)
 from .synthetic import synthetic_pairs
 
 if TYPE_CHECKING:
@@ -171,14 +177,77 @@ def tokenize_pairs(data: Dataset, tokenizer, max_source_length: int, max_target_
     return data.map(encode, batched=True, remove_columns=data.column_names, desc="Tokenizing")
 
 
+def check_data_paths(args: TranslationTrainingArguments) -> None:
+    """Every path a translation recipe names, checked at once before any work (``prepare_data`` calls it
+    first): the data files (``train_file`` / ``validation_file`` / ``test_file``; for ``dataset: text`` both
+    ``<prefix>.<lang>`` files), ``tokenized_test_references`` and ``tokenizer_path``. A missing one is one
+    ``FileNotFoundError`` naming each setting and its path."""
+    paths = {}
+    if args.dataset in ("json", "text"):
+        for split in SPLITS:
+            path = data_path(getattr(args, f"{split}_file"), args.data_dir)
+            if path is not None and args.dataset == "json":
+                paths[f"{split}_file"] = path
+            elif path is not None:
+                for lang in (args.source_lang, args.target_lang):
+                    paths[f"{split}_file ({lang})"] = f"{path}.{lang}"
+    paths["tokenized_test_references"] = data_path(args.tokenized_test_references, args.data_dir)
+    refuse_missing(paths, args.data_dir)
+    if args.tokenizer_path:
+        check_tokenizer_folder(args.tokenizer_path, "tokenizer_path")
+
+
+def split_names(args: TranslationTrainingArguments) -> list[str] | None:
+    """The splits the recipe's data has: the built-in task's three, the splits a file is named for, or a
+    Hub data set's (None where they cannot be listed without reading the data, e.g. offline)."""
+    if args.dataset == "synthetic":
+        return list(SPLITS)
+    if args.dataset in ("json", "text"):
+        return [split for split in SPLITS if getattr(args, f"{split}_file") is not None]
+    from datasets import get_dataset_split_names
+
+    try:
+        return list(get_dataset_split_names(args.dataset, args.dataset_config))
+    except Exception:  # noqa: BLE001 - offline, or a data set that must be read to be listed: checked later
+        return None
+
+
+def check_split(args: TranslationTrainingArguments, split: str, splits=None) -> None:
+    """Refuse a split the data does not have (``evaluate --split tset``), listing those it has. ``splits``:
+    the data once read (else the names :func:`split_names` finds without reading it)."""
+    names = list(splits) if splits is not None else split_names(args)
+    if names is not None and split not in names:
+        raise ValueError(
+            f"--split {split!r}: the data ({args.dataset}) has no such split; it has {', '.join(names) or 'none'}."
+        )
+
+
+def check_reference_count(args: TranslationTrainingArguments, splits: DatasetDict) -> None:
+    """Refuse a ``tokenized_test_references`` file whose lines do not match the test split's sentences one
+    for one: BLEU over fewer references would be reported as the test score."""
+    path = data_path(args.tokenized_test_references, args.data_dir)
+    if path is None or "test" not in splits:
+        return
+    count = len(Path(path).read_text(encoding="utf-8").splitlines())
+    if count != len(splits["test"]):
+        raise ValueError(
+            f"tokenized_test_references: {path} has {count} lines but the test split has "
+            f"{len(splits['test'])} sentences; they must match line for line. Name the references of this "
+            "test split."
+        )
+
+
 def prepare_data(args: TranslationTrainingArguments) -> DatasetDict:
-    """The splits of the recipe's data, as ``source`` / ``target`` text."""
+    """The splits of the recipe's data, as ``source`` / ``target`` text. Every path the recipe names is
+    checked first (:func:`check_data_paths`), and ``tokenized_test_references`` against the test split
+    (:func:`check_reference_count`), before any model is built."""
+    check_data_paths(args)
     files = {
         split: data_path(getattr(args, f"{split}_file"), args.data_dir)
         for split in SPLITS
         if getattr(args, f"{split}_file") is not None
     }
-    return load_translation_splits(
+    splits = load_translation_splits(
         args.dataset,
         args.source_lang,
         args.target_lang,
@@ -192,11 +261,16 @@ def prepare_data(args: TranslationTrainingArguments) -> DatasetDict:
         },
         seed=args.seed,
     )
+    check_reference_count(args, splits)
+    return splits
 
 
 def translation_tokenizer(args: TranslationTrainingArguments, train_split: Dataset):
     """§5.1: one BPE vocabulary for both languages: ``tokenizer_path`` or a resumed run's, else trained on
-    the training pairs (sources, then targets) and saved in the run folder."""
+    the training pairs (sources, then targets) and saved in the run folder. A ``tokenizer_path`` that holds
+    no tokenizer is refused, not filled with a new one."""
+    if args.tokenizer_path:
+        check_tokenizer_folder(args.tokenizer_path, "tokenizer_path")
     saved = Path(args.tokenizer_path) if args.tokenizer_path else Path(args.output_dir) / "tokenizer"
     return load_or_train_tokenizer(
         [saved],
@@ -207,4 +281,13 @@ def translation_tokenizer(args: TranslationTrainingArguments, train_split: Datas
     )
 
 
-__all__ = ["load_translation_splits", "tokenize_pairs", "prepare_data", "translation_tokenizer"]
+__all__ = [
+    "load_translation_splits",
+    "tokenize_pairs",
+    "check_data_paths",
+    "split_names",
+    "check_split",
+    "check_reference_count",
+    "prepare_data",
+    "translation_tokenizer",
+]

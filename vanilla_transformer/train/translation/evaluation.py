@@ -179,12 +179,19 @@ def evaluate_folder(
 def evaluate_split(
     model, tokenizer, split, args, hypotheses_file: Path, tokenized_references: str | None = None
 ):
-    """Translate a whole split with the generation config, write the hypotheses, score both BLEUs."""
-    hypotheses = translate(model, tokenizer, split["source"], args.per_device_eval_batch_size, progress=True)
-    hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    """Translate a whole split with the generation config, write the hypotheses, score both BLEUs.
+    ``tokenized_references`` (a file, one line a sentence) must have as many lines as the split has
+    sentences: checked before anything is translated, a ``ValueError`` naming the file and both counts."""
     official = None
     if tokenized_references:
         official = Path(tokenized_references).read_text(encoding="utf-8").splitlines()
+        if len(official) != len(split):
+            raise ValueError(
+                f"tokenized_test_references: {tokenized_references} has {len(official)} lines but the split "
+                f"has {len(split)} sentences; they must match line for line. Name the references of this split."
+            )
+    hypotheses = translate(model, tokenizer, split["source"], args.per_device_eval_batch_size, progress=True)
+    hypotheses_file.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     scores = bleu_scores(hypotheses, split["target"], args.target_lang, official)
     samples = list(zip(split["source"][:3], hypotheses[:3], split["target"][:3], strict=True))
     return scores, samples
