@@ -50,8 +50,8 @@ def timed(function, repeats: int, warmup: int) -> list[float]:
 
 def measure_peak(threads: int, repeats: int) -> dict:
     """fp32 and bf16 matmul throughput (2048^3) of this machine at this thread count: the peaks that MFU
-    is measured against. bf16 only where the CPU multiplies it natively: emulated (an AVX2-only EPYC,
-    torch 2.13) it ran at 1.2 GFLOP/s, 90x below fp32, and one round's peak took over 15 minutes."""
+    is measured against. bf16 only where the CPU multiplies it natively: emulated bf16 products are so slow
+    that one 2048^3 peak takes minutes (docs/benchmarks.md)."""
     from vanilla_transformer.precision import native_bf16
 
     size = 2048
@@ -111,7 +111,7 @@ def measure_generate(name: str, system, preset: dict, repeats: int) -> dict:
     check = random_sentences(4, SOURCE_LENGTH, vocab, seed=3)
     torch.manual_seed(0)
     # Ours: the eager reference runs before any compilation. CTranslate2: its Marian reference runs after
-    # the timings, since torch running in the same process first makes CTranslate2 5x slower (measured).
+    # the timings, since torch running first in the same process slows CTranslate2 down (docs/benchmarks.md).
     reference = greedy_reference(name, system, check) if name.startswith("ours") else None
     with torch.inference_mode():
         for batch, beams, source in generation_workloads([system], preset):
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     # CTranslate2 runs its own thread pool; torch only converts weights and runs the Marian reference
-    # there. A second 2-thread pool in the same process cuts CTranslate2's speed by 4x (measured).
+    # there: a second thread pool in the same process slows CTranslate2 down (docs/benchmarks.md).
     torch.set_num_threads(1 if (args.system or "").startswith("ctranslate2") else args.threads)
     torch.manual_seed(0)
     record = {"system": args.system, "preset": args.preset, "measure": args.measure, "threads": args.threads}

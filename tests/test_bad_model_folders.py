@@ -1,4 +1,4 @@
-"""Bad model folders on every command that loads a model (issue #31, item 5): a missing folder, a weights
+"""Bad model folders on every command that loads a model: a missing folder, a weights
 file with a flipped bit or malformed JSON in its header, a flipped bit in a tensor's name, a folder without
 ``model.safetensors``, a BERT or Marian folder, a tokenizer larger than the model's ``vocab_size``. Each is
 one ``error:`` line that names the file or field (``loading.check_model_folder``), never a traceback, and

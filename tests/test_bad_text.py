@@ -1,4 +1,4 @@
-"""Bad bytes and bad lines (#31, items 6 and 8): text that is not UTF-8 on standard input or in a file, a
+"""Bad bytes and bad lines: text that is not UTF-8 on standard input or in a file, a
 line that is not JSON, a ``.gz`` that is not gzip, an empty file or empty input. Each is one line naming
 the file (``<stdin>`` for standard input) and the line, not a traceback; empty input to ``translate`` is no
 output and success. And ``translate`` streams: a chunk of lines at a time, each written as soon as it is

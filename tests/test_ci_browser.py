@@ -1,5 +1,5 @@
 """The browser tests find Chromium and its driver on PATH, as .ci/run does before installing them, and
-under CI=true a missing browser fails the run instead of skipping the tests (issue #31, item 11)."""
+under CI=true a missing browser fails the run instead of skipping the tests."""
 
 import os
 import subprocess

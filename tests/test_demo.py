@@ -1,4 +1,4 @@
-"""The demo page (issue #20) in a real browser: Debian's headless Chromium driven through its chromedriver
+"""The demo page in a real browser: Debian's headless Chromium driven through its chromedriver
 (selenium), against a Gradio server started here on a free localhost port, for a model trained here.
 Nothing is downloaded at test time; without the two binaries the browser tests skip, saying so."""
 

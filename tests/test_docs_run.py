@@ -1,4 +1,4 @@
-"""The README's and docs/' commands run as written (issue #32): each shell line the pages show is either
+"""The README's and docs/' commands run as written: each shell line the pages show is either
 run here, verbatim, in a scratch folder laid out as the pages assume (`training/` beside it, a trained
 run at `runs/multi30k-de-en`, the pages' own earlier commands run first), or named below with the reason
 it is not (hours of training, the Hub, a server, an installer). A new or changed command fails the

@@ -1,4 +1,4 @@
-"""Issue 17's checks on the shipped recipes: every file under training/configs parses with the loader of its
+"""The shipped recipes: every file under training/configs parses with the loader of its
 kind; ``mixed_precision: auto`` resolves as the README's "Mixed precision (bf16)" section documents; and a
 seconds-long bf16 run lowers the loss and saves a folder that loads and generates in fp32."""
 

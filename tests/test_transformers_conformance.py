@@ -106,7 +106,7 @@ TASK_TABLES = [
 class _Common(ModelTesterMixin):
     shape = "seq2seq"
     test_resize_embeddings = True
-    test_torch_exportable = False  # the export mixin is not in the sdist; ONNX/export is its own issue
+    test_torch_exportable = False  # the export mixin is not in the sdist; ONNX export: tests/test_onnx.py
 
     def setUp(self):
         self.model_tester = VanillaTransformerModelTester(self, self.shape)

@@ -3,9 +3,8 @@
 §5.4's dropout is the model's only random operation, applied to every sub-layer output, to the embedding
 sums and (optionally) to attention probabilities and feed-forward activations. On a CPU, torch draws its
 mask with a vectorised, multi-threaded MKL Bernoulli only when the processor is an Intel one; elsewhere
-(AMD, ARM) ``bernoulli_`` runs a serial double-precision draw per element. Measured on a 2-vCPU AMD
-EPYC (AVX512-BF16), one dropout over 768 x 256 values took 0.94 ms, 120 times an addition of the same
-tensor, and dropout was about 6 % of the fp32 training step and more of the bf16 one.
+(AMD, ARM) ``bernoulli_`` runs a serial double-precision draw per element, slow enough to be a visible
+share of a training step (measured in docs/benchmarks.md, "Dropout masks and fused Adam").
 
 ``int16_dropout`` draws 64 random bits per four elements (torch's own generator, so seeding, resuming
 and ``torch.manual_seed`` work as before) and keeps an element when its 16 bits clear a threshold: the
@@ -46,7 +45,7 @@ def int16_dropout(
     scale = _STEPS / (_STEPS - cut)
     if x.dtype in (torch.float32, torch.float64):
         # x times a scaled mask: the backward pass is one product (grad x mask), where torch.where's
-        # takes two; 0.3 of 1.1 ms per dropout forward and backward (768 x 256, AVX2 EPYC)
+        # takes two
         return x * keep.to(x.dtype).mul_(scale)
     # bf16 / fp16: the scale would round in a mask of that dtype (1/0.9 -> 1.109); x * scale does not
     return torch.where(keep, x * scale, 0.0)

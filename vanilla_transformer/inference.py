@@ -5,26 +5,10 @@ on request, to bf16 weights or to int8 dynamically quantised linear layers (weig
 activations quantised per batch; oneDNN/FBGEMM kernels on CPU). Nothing here changes the
 architecture or the checkpoint format: save from the original model, not from a prepared one.
 
-Measured on the benchmark's small preset (d_model 256, 3+3 layers, vocabulary 8000, random weights,
-2 CPU threads, AVX512-BF16 without AMX, medians of 3 interleaved rounds, 32 new tokens; ratios to fp32
-eager in the same round):
-
-| generate()           | fp32 | bf16  | int8 dynamic |
-| -------------------- | ---- | ----- | ------------ |
-| greedy, batch 1      | 1.00 | 0.78x | 1.46x        |
-| greedy, batch 32     | 1.00 | 1.19x | 1.66x        |
-| beam 4, batch 1      | 1.00 | 1.29x | 1.76x        |
-
-(97 % of greedy tokens equal fp32's on random weights for both.) On an AVX2-only EPYC (no bf16 matrix unit),
-against fp32 Marian in alternating rounds (`python -m benchmarks.paired`, docs/benchmarks.md): int8 1.30-1.54x
-at batch 1 and 32, greedy and beam 4; bf16 weights 1.40x at batch-1 greedy but 0.40x at batch 32, where
-torch emulates bf16 products. Batch-1 decoding reads every weight once per step, so fewer bytes per weight
-is what speeds it up. On a trained model (Multi30k De->En,
-1,200 updates; 500 validation sentences, beam 4, batch 64) fp32 / int8 / bf16 weights scored sacreBLEU
-28.86 / 28.96 / 29.29 in 9.3 / 7.4 / 9.0 s: int8 keeps BLEU (+0.10) and is the faster serving format here. What the model file did before, keeping
-(in, out)-transposed copies of the wide weights and fused Q/K/V at inference, measured 0.90-1.07x of plain
-fp32 in the same rounds and was dropped. Where batch-1 decoding time goes instead: ~2 ms of every ~6 ms
-step is Python in the generation loop, which no weight format changes.
+Batch-1 decoding reads every weight once per step, so fewer bytes per weight is what speeds it up. int8
+decoded faster than fp32 at every batch size and beam measured; bf16 weights are faster or slower by CPU
+and batch (where the CPU has no bf16 matrix unit, torch emulates the products and large batches slow
+down). The measurements, with BLEU: docs/serving.md ("Serving faster") and docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1063,7 +1063,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         as the longest source sentence of the batch + ``generation_config.max_new_tokens_over_source``
         (50 by default)."""
         config = generation_config if generation_config is not None else self.generation_config
-        # Folders saved before the bound was stored keep §6.1's bound rather than transformers' max_length 20.
+        # A generation config without the setting (one built by the user) keeps §6.1's bound, not max_length 20.
         offset = getattr(config, "max_new_tokens_over_source", MAX_NEW_TOKENS_OVER_SOURCE)
         user_bound = "max_new_tokens" in kwargs or "max_length" in kwargs
         config_bound = config.max_new_tokens is not None or config.max_length not in (None, UNSET_MAX_LENGTH)

@@ -72,10 +72,9 @@ def _default_device() -> torch.device:
 
 def use_fast_bf16_kernels(model, precision: dict, device: torch.device) -> None:
     """Training in bf16 on a CPU, attention runs on the eager path (Eq. 1 as two bf16 matrix products):
-    torch's CPU flash-attention kernel is slow backwards in bf16 at translation lengths. Measured on the
-    benchmark's small preset (32 x 24+24 tokens, 2 threads, AVX512-BF16, 3 interleaved rounds), training
-    tokens/s relative to fp32 with SDPA: bf16 with SDPA 1.16-1.23x, bf16 with eager attention 1.50-1.57x.
-    Only the training run's attention changes; saved folders load with SDPA as usual."""
+    torch's CPU flash-attention kernel is slow backwards in bf16 at translation lengths, and the eager
+    path trains faster (docs/benchmarks.md). Only the training run's attention changes; saved folders
+    load with SDPA as usual."""
     if precision["used"] == "bf16" and device.type == "cpu":
         model.set_attn_implementation("eager")
 
