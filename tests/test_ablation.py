@@ -194,7 +194,7 @@ def test_dev_perplexity_is_the_unsmoothed_per_token_perplexity(table):
     import torch
 
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.train.translation.evaluation import translate
+    from vanilla_transformer.inference import translate
 
     folder = table / "runs" / "base"
     model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()

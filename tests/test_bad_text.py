@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.translation.evaluation import translate
+from vanilla_transformer.inference import translate
 
 
 @pytest.fixture(scope="module")

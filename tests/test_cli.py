@@ -282,11 +282,11 @@ def test_the_modules_usage_lines_name_only_commands_and_options_the_parser_has()
 
 
 def test_translate_takes_a_length_penalty_as_evaluate_does(trained, tmp_path):
-    """`translate --beams 2 --length-penalty A` writes, line for line, what `evaluation.translate` (the
+    """`translate --beams 2 --length-penalty A` writes, line for line, what `inference.translate` (the
     function `evaluate` translates with: generate() in length-sorted batches) gives with num_beams=2 and
     length_penalty=A, for A = 0.0 and 3.0; the two differ on some sentence, and where they differ the
     long-favouring alpha's translation has at least as many tokens."""
-    from vanilla_transformer.train.translation.evaluation import translate
+    from vanilla_transformer.inference import translate
 
     sources = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["test"]["source"]
     (tmp_path / "source.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")

@@ -14,8 +14,8 @@ from conftest import tiny_config
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.ctranslate2_export import export_ctranslate2, translate_ctranslate2
+from vanilla_transformer.inference import translate
 from vanilla_transformer.tokenization import train_bpe_tokenizer
-from vanilla_transformer.train.translation.evaluation import translate
 
 ctranslate2 = pytest.importorskip(
     "ctranslate2", reason='the optional CTranslate2 engine: pip install "vanilla-transformer[ctranslate2]"'

@@ -94,6 +94,7 @@ def cmd_translate(options) -> None:
     model loads and written beside its place, then renamed into it once complete (``outputs.file_output``)."""
     import contextlib
 
+    from .inference import line_chunks
     from .outputs import file_output
 
     where = options.input or "<stdin>"
@@ -107,50 +108,12 @@ def cmd_translate(options) -> None:
         translate = engine(options)  # the model loads before the first line is read
         output = files.enter_context(open(staged, "w", encoding="utf-8")) if staged else sys.stdout
         count = 0  # chunks of 16 batches: translate() sorts a chunk's lines by length into its batches
-        for lines in _line_chunks(source, where, size=16 * max(options.batch_size, 1)):
+        for lines in line_chunks(source, where, size=16 * max(options.batch_size, 1)):
             output.write("".join(f"{text}\n" for text in translate(lines)))
             output.flush()
             count += len(lines)
     if options.input and not count:
         print(f"{where} is empty: nothing to translate.", file=sys.stderr)
-
-
-def _line_chunks(source, where: str, size: int):
-    """The lines of a binary stream as UTF-8 text (``\\n`` or ``\\r\\n`` ends a line), in lists of at most
-    ``size``; a shorter list as soon as nothing more has arrived (a pipe or a terminal), so no line waits
-    for later ones. A byte that is not UTF-8 is an error naming ``where``, the line and the column."""
-    from .train.common.data import decode_line
-
-    lines, pending, number = [], bytearray(), 0
-    while data := source.read1(1 << 16):
-        pending += data
-        if b"\n" not in data:
-            continue
-        *complete, rest = pending.split(b"\n")
-        pending = rest
-        for raw in complete:
-            number += 1
-            lines.append(decode_line(bytes(raw.removesuffix(b"\r")), where, number))
-            if len(lines) == size:
-                yield lines
-                lines = []
-        if lines and not _more_ready(source):
-            yield lines
-            lines = []
-    if pending:
-        lines.append(decode_line(bytes(pending.removesuffix(b"\r")), where, number + 1))
-    if lines:
-        yield lines
-
-
-def _more_ready(source) -> bool:
-    """Whether reading ``source`` now would return at once (a file: always; a pipe: if bytes are waiting)."""
-    import select
-
-    try:
-        return bool(select.select([source], [], [], 0)[0])
-    except (OSError, ValueError):  # no file descriptor (an in-memory stream), or a Windows pipe
-        return True
 
 
 def _pytorch_translator(options):
@@ -160,9 +123,8 @@ def _pytorch_translator(options):
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from .inference import prepare_for_inference
+    from .inference import prepare_for_inference, translate
     from .loading import load_saved_model
-    from .train.translation.evaluation import translate
 
     model = prepare_for_inference(
         load_saved_model(options.model, AutoModelForSeq2SeqLM),
@@ -394,10 +356,10 @@ FORCE_FILE = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineErrors(prog="vanilla-transformer", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+# -- the parser: one function per command -------------------------------------------------------------
 
+
+def add_train_command(commands) -> None:
     train = commands.add_parser(
         "train", help="Train a translation model (default: the built-in synthetic task)."
     )
@@ -411,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.set_defaults(func=cmd_train)
 
+
+def add_evaluate_command(commands) -> None:
     evaluate = commands.add_parser("evaluate", help="Translate a split with beam search and score BLEU.")
     evaluate.add_argument("--model", required=True, help="A saved model folder.")
     evaluate.add_argument("--recipe", help="The recipe that names the data (default: the synthetic task).")
@@ -432,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--force", action="store_true", help=FORCE_FILE)
     evaluate.set_defaults(func=cmd_evaluate)
 
+
+def add_translate_command(commands) -> None:
     translate = commands.add_parser("translate", help="Translate lines from a file or standard input.")
     translate.add_argument("--model", required=True)
     translate.add_argument("--input", help="One sentence a line (default: standard input).")
@@ -464,6 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     translate.set_defaults(func=cmd_translate)
 
+
+def add_average_command(commands) -> None:
     average = commands.add_parser("average", help="Average checkpoints (§6.1) into a new model folder.")
     average.add_argument(
         "checkpoints", nargs="+", help="Checkpoint or model folders, or one run folder with --last."
@@ -475,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     average.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     average.set_defaults(func=cmd_average)
 
+
+def add_ablate_command(commands) -> None:
     ablate = commands.add_parser(
         "ablate", help="Table 3: train the paper's model variations for the same budget; tabulate and plot."
     )
@@ -491,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--collect", action="store_true", help="Only measure trained rows and build the table.")
     ablate.set_defaults(func=cmd_ablate)
 
+
+def add_attention_command(commands) -> None:
     attention = commands.add_parser(
         "attention", help="Heat maps of every head's attention (§3.2.3) for one sentence, as PNG."
     )
@@ -503,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
     attention.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     attention.set_defaults(func=cmd_attention)
 
+
+def add_demo_command(commands) -> None:
     demo = commands.add_parser(
         "demo",
         help="A Gradio page for a saved model: translation with attention maps, classification or "
@@ -519,6 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=cmd_demo)
 
+
+def add_classify_command(commands) -> None:
     classify = commands.add_parser(
         "classify",
         help="The encoder as a text classifier: pretrain (masked LM or ELECTRA), train (Trainer), evaluate.",
@@ -539,6 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     classify.set_defaults(func=cmd_classify)
 
+
+def add_export_onnx_command(commands) -> None:
     export = commands.add_parser(
         "export-onnx",
         help="Export a model folder to ONNX: model.onnx (encoder-only) or the encoder / first decoder "
@@ -549,6 +527,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     export.set_defaults(func=cmd_export_onnx)
 
+
+def add_export_ct2_command(commands) -> None:
     export_ct2 = commands.add_parser(
         "export-ct2",
         help="Convert a translation model folder to CTranslate2 (the engine Marian/OPUS-MT models are served "
@@ -572,6 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
     export_ct2.add_argument("--force", action="store_true", help=FORCE_FOLDER)
     export_ct2.set_defaults(func=cmd_export_ct2)
 
+
+def add_push_command(commands) -> None:
     push = commands.add_parser(
         "push",
         help="Upload a model folder to the Hub in one commit: weights, tokenizer, remote code, card, "
@@ -591,6 +573,28 @@ def build_parser() -> argparse.ArgumentParser:
         "the files a Gradio Space runs.",
     )
     push.set_defaults(func=cmd_push)
+
+
+COMMANDS = (
+    add_train_command,
+    add_evaluate_command,
+    add_translate_command,
+    add_average_command,
+    add_ablate_command,
+    add_attention_command,
+    add_demo_command,
+    add_classify_command,
+    add_export_onnx_command,
+    add_export_ct2_command,
+    add_push_command,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineErrors(prog="vanilla-transformer", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_command in COMMANDS:
+        add_command(commands)
     return parser
 
 

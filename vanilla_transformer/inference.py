@@ -1,20 +1,29 @@
-"""Serving a trained model faster: the opt-in, inference-only changes, kept out of the paper's model file.
+"""Serving a trained model: translating sentences and streams of lines, and the opt-in speed-ups.
 
-``prepare_for_inference(model, dtype=..., quantize=...)`` switches a loaded model to evaluation mode and,
-on request, to bf16 weights or to int8 dynamically quantised linear layers (weights stored as int8,
-activations quantised per batch; oneDNN/FBGEMM kernels on CPU). Nothing here changes the
-architecture or the checkpoint format: save from the original model, not from a prepared one.
-
-Batch-1 decoding reads every weight once per step, so fewer bytes per weight is what speeds it up. int8
-decoded faster than fp32 at every batch size and beam measured; bf16 weights are faster or slower by CPU
-and batch (where the CPU has no bf16 matrix unit, torch emulates the products and large batches slow
-down). The measurements, with BLEU: docs/serving.md ("Serving faster") and docs/benchmarks.md.
+* ``translate(model, tokenizer, sentences)``: batches of similar length through ``generate()`` (the
+  model's saved decoding: §6.1's beam 4, alpha 0.6, source + 50 tokens), the translations in input order;
+  the ``translate`` command, evaluation and the benchmarks all call it.
+* ``line_chunks(stream, ...)``: the lines of a file, a pipe or a terminal as they arrive, in chunks, so that
+  memory stays flat and each translation is written while the input is still open.
+* ``prepare_for_inference(model, dtype=..., quantize=...)`` switches a loaded model to evaluation mode and,
+  on request, to bf16 weights or to int8 dynamically quantised linear layers (weights stored as int8,
+  activations quantised per batch; oneDNN/FBGEMM kernels on CPU). Nothing here changes the architecture
+  or the checkpoint format: save from the original model, not from a prepared one. Batch-1 decoding reads
+  every weight once per step, so fewer bytes per weight is what speeds it up; where the CPU has no bf16
+  matrix unit, torch emulates bf16 products. Measurements: docs/serving.md and docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
+import select
+from collections.abc import Sequence
+
 import torch
 from torch import nn
+from tqdm.auto import tqdm
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 QUANTIZATIONS = (None, "int8")
 
@@ -44,4 +53,94 @@ def prepare_for_inference(
     return model
 
 
-__all__ = ["prepare_for_inference", "QUANTIZATIONS"]
+@torch.no_grad()
+def translate(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    batch_size: int = 64,
+    max_source_length: int | None = None,
+    progress: bool = False,
+    **generate_kwargs,
+) -> list[str]:
+    """Translate ``sentences`` in batches of similar length; returns detokenized text in input order.
+
+    Generation settings default to the model's generation config (beam 4, alpha 0.6, input + 50
+    tokens); ``generate_kwargs`` override them. An empty (or all-blank) sentence translates to an empty
+    string, without running the model, so outputs stay aligned with inputs line for line. Sentences longer
+    than ``max_source_length`` tokens are truncated to it, with a warning that names the limit.
+    """
+    model.eval()
+    results: list[str] = [""] * len(sentences)
+    order = sorted(
+        (i for i in range(len(sentences)) if sentences[i].strip()),
+        key=lambda i: len(sentences[i]),
+        reverse=True,
+    )
+    if max_source_length is not None and order:
+        lengths = [len(ids) for ids in tokenizer([sentences[i] for i in order])["input_ids"]]
+        cut = [length for length in lengths if length > max_source_length]
+        if cut:
+            logger.warning(
+                f"{len(cut)} of {len(order)} sentences are longer than max_source_length={max_source_length} "
+                f"tokens (the longest has {max(cut)}) and were truncated to it: their translations cover "
+                "only the beginning. Split long inputs into sentences."
+            )
+    device = next(model.parameters()).device
+    starts = range(0, len(order), batch_size)
+    for start in tqdm(starts, desc="Translating", disable=not progress, unit="batch"):
+        indices = order[start : start + batch_size]
+        batch = tokenizer(
+            [sentences[i] for i in indices],
+            padding=True,
+            truncation=max_source_length is not None,
+            max_length=max_source_length,
+            return_tensors="pt",
+        ).to(device)
+        generated = model.generate(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
+        )
+        for index, text in zip(
+            indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True
+        ):
+            results[index] = text.strip()
+    return results
+
+
+def line_chunks(source, where: str, size: int):
+    """The lines of a binary stream as UTF-8 text (``\\n`` or ``\\r\\n`` ends a line), in lists of at most
+    ``size``; a shorter list as soon as nothing more has arrived (a pipe or a terminal), so no line waits
+    for later ones. A byte that is not UTF-8 is an error naming ``where``, the line and the column."""
+    from .train.common.data import decode_line
+
+    lines, pending, number = [], bytearray(), 0
+    while data := source.read1(1 << 16):
+        pending += data
+        if b"\n" not in data:
+            continue
+        *complete, rest = pending.split(b"\n")
+        pending = rest
+        for raw in complete:
+            number += 1
+            lines.append(decode_line(bytes(raw.removesuffix(b"\r")), where, number))
+            if len(lines) == size:
+                yield lines
+                lines = []
+        if lines and not more_ready(source):
+            yield lines
+            lines = []
+    if pending:
+        lines.append(decode_line(bytes(pending.removesuffix(b"\r")), where, number + 1))
+    if lines:
+        yield lines
+
+
+def more_ready(source) -> bool:
+    """Whether reading ``source`` now would return at once (a file: always; a pipe: if bytes are waiting)."""
+    try:
+        return bool(select.select([source], [], [], 0)[0])
+    except (OSError, ValueError):  # no file descriptor (an in-memory stream), or a Windows pipe
+        return True
+
+
+__all__ = ["translate", "line_chunks", "prepare_for_inference", "QUANTIZATIONS"]

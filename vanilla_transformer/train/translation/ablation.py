@@ -240,10 +240,11 @@ def measure_row(study: Study, row: Row, output: Path) -> dict:
     """Dev perplexity and dev BLEU of a trained row's final model; written to ``<row>/table3_row.json``."""
     from transformers import AutoTokenizer
 
+    from ...inference import translate
     from ...modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
     from .arguments import load_arguments
     from .data import prepare_data
-    from .evaluation import bleu_scores, translate
+    from .evaluation import bleu_scores
 
     folder = output / row.name
     args = load_arguments(str(study.recipe), study.overrides(row, output))

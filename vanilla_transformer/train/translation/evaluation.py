@@ -21,68 +21,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import sacrebleu
-import torch
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
-from tqdm.auto import tqdm
 from transformers.utils import logging
 
+from ...inference import translate
 from ...loading import load_saved_model
 
 logger = logging.get_logger(__name__)
-
-
-@torch.no_grad()
-def translate(
-    model,
-    tokenizer,
-    sentences: Sequence[str],
-    batch_size: int = 64,
-    max_source_length: int | None = None,
-    progress: bool = False,
-    **generate_kwargs,
-) -> list[str]:
-    """Translate ``sentences`` in batches of similar length; returns detokenized text in input order.
-
-    Generation settings default to the model's generation config (beam 4, alpha 0.6, input + 50
-    tokens); ``generate_kwargs`` override them. An empty (or all-blank) sentence translates to an empty
-    string, without running the model, so outputs stay aligned with inputs line for line. Sentences longer
-    than ``max_source_length`` tokens are truncated to it, with a warning that names the limit.
-    """
-    model.eval()
-    results: list[str] = [""] * len(sentences)
-    order = sorted(
-        (i for i in range(len(sentences)) if sentences[i].strip()),
-        key=lambda i: len(sentences[i]),
-        reverse=True,
-    )
-    if max_source_length is not None and order:
-        lengths = [len(ids) for ids in tokenizer([sentences[i] for i in order])["input_ids"]]
-        cut = [length for length in lengths if length > max_source_length]
-        if cut:
-            logger.warning(
-                f"{len(cut)} of {len(order)} sentences are longer than max_source_length={max_source_length} "
-                f"tokens (the longest has {max(cut)}) and were truncated to it: their translations cover "
-                "only the beginning. Split long inputs into sentences."
-            )
-    device = next(model.parameters()).device
-    starts = range(0, len(order), batch_size)
-    for start in tqdm(starts, desc="Translating", disable=not progress, unit="batch"):
-        indices = order[start : start + batch_size]
-        batch = tokenizer(
-            [sentences[i] for i in indices],
-            padding=True,
-            truncation=max_source_length is not None,
-            max_length=max_source_length,
-            return_tensors="pt",
-        ).to(device)
-        generated = model.generate(
-            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
-        )
-        for index, text in zip(
-            indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True
-        ):
-            results[index] = text.strip()
-    return results
 
 
 @functools.lru_cache(maxsize=8)
