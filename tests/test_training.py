@@ -823,3 +823,21 @@ def test_validation_bleu_over_several_batches_logs_no_generation_warning(tmp_pat
         )
     assert [row["step"] for row in results["history"]] == [2]  # one validation: 3 batches of 2 sentences
     assert "seem to have been set" not in captured.out
+
+
+def test_validation_perplexity_is_the_unsmoothed_one_table_3_reports(tmp_path):
+    """One meaning of perplexity: validation's ``perplexity`` is exp of the unsmoothed negative
+    log-likelihood per target token, the number ``ablate`` reports for the same model and split; its
+    ``loss`` is §5.4's label-smoothed loss, which is higher."""
+    from vanilla_transformer.train.translation import ablation
+
+    results, folder = run(tmp_path, "run", max_steps=3, eval_steps=3, model={"dropout": 0.1})
+    (validation,) = results["history"]
+    args = load_arguments(None, {**TINY_RUN, "output_dir": str(folder)})
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder / "model")
+    split = prepare_data(args)["validation"]
+    assert validation["perplexity"] == pytest.approx(
+        ablation.dev_perplexity(model, tokenizer, split, args), rel=1e-5
+    )
+    assert math.exp(validation["loss"]) > validation["perplexity"]  # smoothing raises the loss

@@ -965,6 +965,28 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def sequence_losses(
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sequence, the loss ``label_smoothed_nll_loss`` averages: §5.4's label-smoothed cross-entropy summed
+    over the sequence's target tokens (labels -100 ignored), and their count; both (B,). With
+    ``epsilon`` 0, the plain negative log-likelihood, whose exp per token is perplexity. Evaluation sums
+    these over a whole split, each sentence once, for a per-token mean over the split."""
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"`labels` shape {tuple(labels.shape)} does not match logits {tuple(logits.shape[:-1])}."
+        )
+    labels = labels.to(logits.device)
+    per_token = F.cross_entropy(
+        logits.flatten(0, 1).float(),
+        labels.flatten(),
+        ignore_index=-100,
+        label_smoothing=epsilon,
+        reduction="none",
+    ).view(labels.shape)  # (B, T)
+    return per_token.sum(-1), (labels != -100).sum(-1)
+
+
 def label_smoothed_nll_loss(
     logits: torch.Tensor,
     labels: torch.Tensor,

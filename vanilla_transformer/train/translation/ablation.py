@@ -288,10 +288,12 @@ def measure_row(study: Study, row: Row, output: Path) -> dict:
 
 @torch.no_grad()
 def dev_perplexity(model, tokenizer, split, args, batch_size: int = 64) -> float:
-    """exp of the mean cross-entropy per target token (BPE pieces and EOS), without label smoothing: the
-    paper's per-wordpiece perplexity. (The training loss smooths labels, §5.4, which raises it.)"""
+    """Perplexity, as validation logs it too: exp of the mean negative log-likelihood per target token (BPE
+    pieces and EOS) without label smoothing (``sequence_losses`` with epsilon 0), the paper's per-wordpiece
+    perplexity. (The training loss smooths labels, §5.4, which raises it.)"""
     from transformers import DataCollatorForSeq2Seq
 
+    from ...modeling_vanilla_transformer import sequence_losses
     from .data import tokenize_pairs
 
     encoded = tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
@@ -300,11 +302,8 @@ def dev_perplexity(model, tokenizer, split, args, batch_size: int = 64) -> float
     for start in range(0, len(encoded), batch_size):
         features = [encoded[i] for i in range(start, min(start + batch_size, len(encoded)))]
         batch = collator([{key: f[key] for key in ("input_ids", "labels")} for f in features])
-        logits = model(**batch).logits.float()  # (B, T, V)
-        total += torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, reduction="sum"
-        ).item()
-        tokens += int((batch["labels"] != -100).sum())
+        nll, count = sequence_losses(model(**batch).logits, batch["labels"], 0.0)
+        total, tokens = total + float(nll.sum()), tokens + int(count.sum())
     return math.exp(total / max(tokens, 1))
 
 

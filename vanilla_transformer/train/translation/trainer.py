@@ -62,6 +62,7 @@ from ...modeling_vanilla_transformer import (
     PAPER_NUM_BEAMS,
     UNSET_MAX_LENGTH,
     VanillaTransformerForConditionalGeneration,
+    sequence_losses,
 )
 from ...precision import use_fast_bf16_kernels
 from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, fraction_spent
@@ -355,7 +356,8 @@ class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
 
         The loss is §5.4's label-smoothed loss per target token of the whole split, each sentence counted
         once (``prediction_step`` returns per-sentence sums, which the loop gathers row by row and cuts
-        to the split's length, so the repeats that even out the last batches across processes drop out).
+        to the split's length, so the repeats that even out the last batches across processes drop out);
+        the perplexity is exp of the unsmoothed negative log-likelihood per token, as Table 3's (``ablate``).
         Runs in a forked RNG, so that evaluating never changes the training run's random stream."""
         data = eval_dataset if eval_dataset is not None else self.eval_dataset
         started = time.monotonic()
@@ -374,7 +376,8 @@ class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
                     metric_key_prefix=metric_key_prefix,
                 ).predictions  # (sentences, 2): each one's loss summed over its tokens, its tokens
                 self.scoring_tokens = False
-                loss = float(totals[:, 0].sum() / max(totals[:, 1].sum(), 1))
+                tokens = max(float(totals[:, 2].sum()), 1.0)
+                loss, nll = float(totals[:, 0].sum()) / tokens, float(totals[:, 1].sum()) / tokens
                 sample = data.select(range(min(self.args.eval_bleu_samples, len(data))))
                 loader = self._sorted_loader(sample)
                 generated = self.evaluation_loop(
@@ -392,7 +395,7 @@ class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
         scores = bleu_scores(hypotheses, references, self.args.target_lang)
         metrics = {
             "loss": loss,
-            "perplexity": math.exp(min(loss, 50)),
+            "perplexity": math.exp(min(nll, 50)),
             **scores,
             "elapsed_minutes": self.clock.elapsed_seconds / 60,
             "runtime": time.monotonic() - started,
@@ -404,7 +407,8 @@ class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         """Seq2SeqTrainer's step (generation for BLEU); for the validation loss, each sentence's
-        label-smoothed loss summed over its target tokens and its token count, as the "logits"."""
+        ``sequence_losses`` (the model's §5.4 loss and its plain negative log-likelihood, summed over its
+        target tokens) and its token count, as the "logits"."""
         if not self.scoring_tokens:
             step = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **gen_kwargs)
             # After each batch Seq2SeqTrainer fills the generation config (evaluate()'s copy) with
@@ -419,15 +423,9 @@ class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
         labels = inputs["labels"]
         with torch.no_grad(), self.compute_loss_context_manager():
             logits = model(**inputs).logits
-        per_token = torch.nn.functional.cross_entropy(
-            logits.flatten(0, 1).float(),
-            labels.flatten(),
-            ignore_index=-100,
-            label_smoothing=self.model.config.label_smoothing,
-            reduction="none",
-        ).view(labels.shape)
-        totals = torch.stack([per_token.sum(-1), (labels != -100).sum(-1).float()], dim=-1)
-        return None, totals, None
+        smoothed, tokens = sequence_losses(logits, labels, self.model.config.label_smoothing)
+        nll, _ = sequence_losses(logits, labels, 0.0)
+        return None, torch.stack([smoothed, nll, tokens.float()], dim=-1), None  # (B, 3)
 
     def decode(self, predictions: np.ndarray) -> list[str]:
         """Generated ids (padded with -100 by the evaluation loop's gather) as detokenized text."""
