@@ -166,7 +166,7 @@ def test_a_started_row_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(subprocess, "run", record)
     with pytest.raises(SystemExit):
         ablation.run_study(study, study.select(None), tmp_path / "runs")
-    assert "resume=true" in commands[0] and f"output_dir={tmp_path / 'runs' / 'base'}" in commands[0]
+    assert "resume=auto" in commands[0] and f"output_dir={tmp_path / 'runs' / 'base'}" in commands[0]
 
 
 def test_print_commands_lists_one_ordinary_training_command_per_selected_row(tmp_path, capsys):

@@ -149,9 +149,10 @@ def _describe(overrides: dict) -> str:
     return ", ".join(f"{key}={value}" for key, value in overrides.items()) or "the base model"
 
 
-def training_command(study: Study, row: Row, output: Path, minutes: float | None = None, resume=False):
-    """The ordinary training command of ``row`` (argv)."""
-    overrides = study.overrides(row, output, minutes) | ({"resume": True} if resume else {})
+def training_command(study: Study, row: Row, output: Path, minutes: float | None = None):
+    """The ordinary training command of ``row`` (argv), with ``resume: auto``: the same command starts the
+    row, and continues it after a stop (a requeue, a signal, a crash)."""
+    overrides = study.overrides(row, output, minutes) | {"resume": "auto"}
     command = ["vanilla-transformer", "train", "--recipe", str(study.recipe)]
     for key, value in overrides.items():
         command += ["--set", f"{key}={_yaml_scalar(value)}"]
@@ -193,7 +194,7 @@ def train_row(study: Study, row: Row, output: Path, minutes: float | None = None
     """Run ``row``'s training command in a fresh process (resuming it if it has checkpoints)."""
     folder = output / row.name
     resume = latest_checkpoint(folder / "checkpoints") is not None
-    command = training_command(study, row, output, minutes, resume=resume)
+    command = training_command(study, row, output, minutes)
     print(f"[table3] {row.name} ({_describe(row.overrides)}){' resumed' if resume else ''}:")
     print("  " + shlex.join(command))
     completed = subprocess.run([sys.executable, "-m", "vanilla_transformer.cli", *command[1:]])
