@@ -1,4 +1,6 @@
-"""Shared fixtures: tiny configs in the spirit of transformers' ModelTester (vocab 99, width 16, 2 layers)."""
+"""Shared fixtures: tiny configs in the spirit of transformers' ModelTester (vocab 99, width 16, 2 layers), a
+real BPE tokenizer, and the folders every module that only reads one shares: one tiny translation run trained
+through the `train` command, and one tiny classifier."""
 
 import os
 import subprocess
@@ -16,7 +18,7 @@ torch.set_num_threads(1)
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
-from vanilla_transformer import VanillaTransformerConfig  # noqa: E402
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForSequenceClassification  # noqa: E402
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = 99
@@ -119,3 +121,87 @@ def run_without_the_package(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+# -- the shared folders -----------------------------------------------------------------------------------
+
+# A translation run in seconds: the synthetic English -> German task, a 1 + 1 layer model of width 32.
+TINY_MODEL = dict(d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1)
+TINY_RUN = dict(
+    synthetic_train_size=400,
+    synthetic_eval_size=8,
+    vocab_size=400,
+    model=TINY_MODEL,
+    mixed_precision="no",  # fp32 unless a test says otherwise (tests/test_training.py::test_bf16_*)
+    max_tokens=300,
+    warmup_steps=4,
+    lr_scale=1.0,
+    eval_steps=1000,
+    eval_bleu_samples=4,
+    num_beams=2,
+    logging_steps=1,
+    report_to="none",
+)
+# The shared run's settings, the model block aside (trained_run_settings adds it).
+TRAINED_RUN = {
+    **{key: value for key, value in TINY_RUN.items() if key != "model"},
+    "max_steps": 150,  # enough for sentences with some right words
+    "lr_scale": 0.5,  # at 1.0 the tiny model can fall into repetition by update 150 (the random stream decides)
+    "warmup_steps": 30,
+    "save_steps": 50,
+    "synthetic_eval_size": 6,
+}
+
+
+def trained_run_settings(folder) -> list[str]:
+    """The shared run's `--set` options with ``output_dir=folder``: `train` trains it, `evaluate` and
+    training/choose_on_validation.py read its data splits with them."""
+    values = [f"{key}={value}" for key, value in TRAINED_RUN.items()]
+    values += [f"model.{key}={value}" for key, value in TINY_MODEL.items()] + [f"output_dir={folder}"]
+    return [f"--set={value}" for value in values]
+
+
+def _read_only(folder: Path):
+    """Yield ``folder``; afterwards, fail if any file under it was added, removed or written."""
+
+    def listing() -> dict[str, tuple[int, int]]:
+        files = (path for path in sorted(folder.rglob("*")) if path.is_file())
+        return {
+            str(path.relative_to(folder)): (path.stat().st_size, path.stat().st_mtime_ns) for path in files
+        }
+
+    before = listing()
+    yield folder
+    assert listing() == before, f"a test changed the shared folder {folder}: copy it first (shutil.copytree)"
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory):
+    """A tiny translation run through the `train` command, as a user runs it (~3 s): 150 updates of
+    TRAINED_RUN, checkpoints at 50, 100 and 150, the final model with its card in ``model/``, the test
+    split's hypotheses and BLEU in ``results.json``. Shared by every module (built once per xdist worker),
+    so no test may change it: one that writes into it copies it first (a changed file is an error at the
+    end of the session)."""
+    from vanilla_transformer.cli import main
+
+    folder = tmp_path_factory.mktemp("trained") / "run"
+    main(["train", *trained_run_settings(folder)])
+    yield from _read_only(folder)
+
+
+@pytest.fixture(scope="session")
+def translation_model(trained_run) -> Path:
+    """The shared run's final model folder (weights, tokenizer, generation config, card, remote code)."""
+    return trained_run / "model"
+
+
+@pytest.fixture(scope="session")
+def classifier_folder(tmp_path_factory, tokenizer):
+    """An untrained tiny classifier (2 labels) saved with the test tokenizer, for the commands that load a
+    classifier folder; read-only, as ``trained_run``."""
+    folder = tmp_path_factory.mktemp("classifier") / "model"
+    torch.manual_seed(0)
+    model = VanillaTransformerForSequenceClassification(encoder_only_config(num_labels=2)).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    yield from _read_only(folder)

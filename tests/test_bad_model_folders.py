@@ -1,8 +1,11 @@
 """Bad model folders on every command that loads a model: a missing folder, a weights
 file with a flipped bit or malformed JSON in its header, a flipped bit in a tensor's name, a folder without
-``model.safetensors``, a BERT or Marian folder, a tokenizer larger than the model's ``vocab_size``. Each is
-one ``error:`` line that names the file or field (``loading.check_model_folder``), never a traceback, and
-nothing reaches the Hub or starts a server."""
+``model.safetensors``, a BERT or Marian folder, a tokenizer larger than the model's ``vocab_size``, a weights
+file cut short. Each is one ``error:`` line that names the file or field (``loading.check_model_folder``),
+never a traceback, and nothing reaches the Hub or starts a server.
+
+The folders are the module's own, not the shared run's: a good untrained tiny model (and a BERT and a
+Marian) saved with the test tokenizer, whose size the messages name, and copies of it each broken one way."""
 
 import importlib.util
 import json
@@ -255,3 +258,16 @@ def test_a_missing_relative_folder_is_not_looked_up_on_the_hub(command, tmp_path
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit, match=r"^error: No such model folder: runs/model \(no config\.json"):
         main(_arguments(command, "runs/model", None, tmp_path))
+
+
+def test_weights_cut_short_name_the_file(folders, tmp_path, nothing_leaves):
+    folder = shutil.copytree(folders["translation"]["good"], tmp_path / "model")
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])  # a copy cut short
+    source = tmp_path / "in.txt"
+    source.write_text("a wonderful film\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=r"model\.safetensors is damaged"):
+        main(["translate", "--model", str(folder), "--input", str(source), "--beams", "1"])
+    with pytest.raises(SystemExit, match=r"model\.safetensors is damaged"):
+        main(["push", "--model", str(folder), "--repo-id", "someone/broken"])

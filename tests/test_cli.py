@@ -1,15 +1,16 @@
-"""The `evaluate`, `translate` and `average` commands end to end on a tiny model trained here, and the two
-BLEU conventions they report, against hand-worked values."""
+"""The `evaluate`, `translate` and `average` commands end to end on the shared tiny run that conftest's
+``trained_run`` trains, and the two BLEU conventions they report, against hand-worked values."""
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import sacrebleu
 import torch
+from conftest import TRAINED_RUN, trained_run_settings
 from safetensors.torch import load_file
-from test_training import TINY_RUN
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.cli import main
@@ -53,47 +54,33 @@ def test_bleu_both_conventions_against_hand_worked_values():
 
 # -- the commands ---------------------------------------------------------------------------------------------
 
-SETTINGS = {
-    **{key: value for key, value in TINY_RUN.items() if key != "model"},
-    "max_steps": 150,  # enough for sentences with some right words
-    "lr_scale": 0.5,  # at 1.0 the tiny model can fall into repetition by update 150 (the random stream decides)
-    "warmup_steps": 30,
-    "save_steps": 50,
-    "synthetic_eval_size": 6,
-}
 ROOT = Path(__file__).parent.parent
-MODEL = {"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 1, "num_decoder_layers": 1}
 
 
-def settings(folder) -> list[str]:
-    values = [f"{key}={value}" for key, value in SETTINGS.items()]
-    values += [f"model.{key}={value}" for key, value in MODEL.items()] + [f"output_dir={folder}"]
-    return [f"--set={value}" for value in values]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny translation run (150 updates, checkpoints at 50, 100, 150) through the `train` command."""
-    folder = tmp_path_factory.mktemp("cli") / "run"
-    main(["train", *settings(folder)])
-    return folder
-
-
-def test_evaluate_reproduces_the_runs_own_test_bleu(trained, tmp_path, capsys):
+def test_evaluate_reproduces_the_runs_own_test_bleu(trained_run, tmp_path, capsys):
     output = tmp_path / "hypotheses.txt"
     capsys.readouterr()
-    main(["evaluate", "--model", str(trained / "model"), *settings(trained), "--output", str(output)])
+    main(
+        [
+            "evaluate",
+            "--model",
+            str(trained_run / "model"),
+            *trained_run_settings(trained_run),
+            "--output",
+            str(output),
+        ]
+    )
     printed = capsys.readouterr().out
     report = json.loads(printed[printed.index("{") : printed.rindex("}") + 1])
     hypotheses = output.read_text(encoding="utf-8").splitlines()
     assert report["split"] == "test" and report["sentences"] == len(hypotheses) == 6
     # The same translations and scores the training run wrote for its final model.
-    assert hypotheses == (trained / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
-    run = json.loads((trained / "results.json").read_text())["test"]
+    assert hypotheses == (trained_run / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
+    run = json.loads((trained_run / "results.json").read_text())["test"]
     assert (report["sacrebleu"], report["bleu_lc_tok"]) == pytest.approx(
         (run["sacrebleu"], run["bleu_lc_tok"])
     )
-    references = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["test"][
+    references = prepare_data(load_arguments(None, {**TRAINED_RUN, "output_dir": str(trained_run)}))["test"][
         "target"
     ]
     assert report["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
@@ -104,7 +91,7 @@ def test_evaluate_reproduces_the_runs_own_test_bleu(trained, tmp_path, capsys):
     assert json.loads((tmp_path / "test_scores.json").read_text()) == report
 
 
-def test_evaluate_tries_another_decoding_without_changing_the_folder(trained, tmp_path, capsys):
+def test_evaluate_tries_another_decoding_without_changing_the_folder(trained_run, tmp_path, capsys):
     """`evaluate --beams/--length-penalty` scores a decoding (how one is chosen on validation) with the
     hypotheses `translate --beams` gives, and leaves the folder's saved generation config as it was."""
     output, greedy = tmp_path / "hypotheses.txt", tmp_path / "greedy.txt"
@@ -112,8 +99,8 @@ def test_evaluate_tries_another_decoding_without_changing_the_folder(trained, tm
         [
             "evaluate",
             "--model",
-            str(trained / "model"),
-            *settings(trained),
+            str(trained_run / "model"),
+            *trained_run_settings(trained_run),
             "--split",
             "validation",
             "--beams",
@@ -124,15 +111,15 @@ def test_evaluate_tries_another_decoding_without_changing_the_folder(trained, tm
     )
     report = json.loads((tmp_path / "validation_scores.json").read_text())
     assert (report["split"], report["num_beams"], report["length_penalty"]) == ("validation", 1, 1.0)
-    sources = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["validation"][
-        "source"
-    ]
+    sources = prepare_data(load_arguments(None, {**TRAINED_RUN, "output_dir": str(trained_run)}))[
+        "validation"
+    ]["source"]
     (tmp_path / "source.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
     main(
         [
             "translate",
             "--model",
-            str(trained / "model"),
+            str(trained_run / "model"),
             "--input",
             str(tmp_path / "source.txt"),
             "--output",
@@ -142,30 +129,41 @@ def test_evaluate_tries_another_decoding_without_changing_the_folder(trained, tm
         ]
     )
     assert output.read_text(encoding="utf-8").splitlines() == greedy.read_text(encoding="utf-8").splitlines()
-    saved = json.loads((trained / "model" / "generation_config.json").read_text())
+    saved = json.loads((trained_run / "model" / "generation_config.json").read_text())
     assert (saved["num_beams"], saved["length_penalty"]) == (2, 0.6)
     with pytest.raises(SystemExit) as refused:  # refused by the parser, before anything is read
-        main(["evaluate", "--model", str(trained / "model"), *settings(trained), "--beams", "0"])
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(trained_run / "model"),
+                *trained_run_settings(trained_run),
+                "--beams",
+                "0",
+            ]
+        )
     assert refused.value.code == 2
     assert capsys.readouterr().err.endswith("error: argument --beams: must be a positive integer, got 0\n")
 
 
-def test_translate_writes_one_line_per_input_line(trained, tmp_path):
-    args = load_arguments(None, {**SETTINGS, "output_dir": str(trained)})
+def test_translate_writes_one_line_per_input_line(trained_run, tmp_path):
+    args = load_arguments(None, {**TRAINED_RUN, "output_dir": str(trained_run)})
     sources = list(prepare_data(args)["test"]["source"])
     source, output = tmp_path / "source.txt", tmp_path / "out.txt"
     source.write_text("\n".join(sources) + "\n", encoding="utf-8")
-    main(["translate", "--model", str(trained / "model"), "--input", str(source), "--output", str(output)])
+    main(
+        ["translate", "--model", str(trained_run / "model"), "--input", str(source), "--output", str(output)]
+    )
     # The saved generation config (the run's beam 2, alpha 0.6, input + 50) translates as the run did.
     assert (
         output.read_text(encoding="utf-8").splitlines()
-        == (trained / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
+        == (trained_run / "test_hypotheses.txt").read_text(encoding="utf-8").splitlines()
     )
     main(
         [
             "translate",
             "--model",
-            str(trained / "model"),
+            str(trained_run / "model"),
             "--input",
             str(source),
             "--output",
@@ -175,8 +173,8 @@ def test_translate_writes_one_line_per_input_line(trained, tmp_path):
             "--force",  # replaces the first call's file
         ]
     )
-    model = AutoModelForSeq2SeqLM.from_pretrained(trained / "model").eval()
-    tokenizer = AutoTokenizer.from_pretrained(trained / "model")
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained_run / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(trained_run / "model")
     greedy = [
         tokenizer.decode(
             model.generate(**tokenizer(text, return_tensors="pt"), num_beams=1)[0], skip_special_tokens=True
@@ -186,8 +184,8 @@ def test_translate_writes_one_line_per_input_line(trained, tmp_path):
     assert output.read_text(encoding="utf-8").splitlines()[:2] == greedy
 
 
-def test_average_writes_the_mean_of_the_checkpoints(trained, tmp_path, capsys):
-    checkpoints = trained / "checkpoints"
+def test_average_writes_the_mean_of_the_checkpoints(trained_run, tmp_path, capsys):
+    checkpoints = trained_run / "checkpoints"
     weights = {
         step: load_file(checkpoints / f"checkpoint-{step}" / "model.safetensors") for step in (50, 100, 150)
     }
@@ -200,7 +198,7 @@ def test_average_writes_the_mean_of_the_checkpoints(trained, tmp_path, capsys):
             str(tmp_path / "a"),
         ]
     )
-    main(["average", str(trained), "--last", "2", "--output", str(tmp_path / "b")])
+    main(["average", str(trained_run), "--last", "2", "--output", str(tmp_path / "b")])
     assert capsys.readouterr().out.count("Averaged 2 checkpoints into") == 2
     for output, steps in ((tmp_path / "a", (50, 100)), (tmp_path / "b", (100, 150))):
         averaged = load_file(output / "model.safetensors")
@@ -214,7 +212,7 @@ def test_average_writes_the_mean_of_the_checkpoints(trained, tmp_path, capsys):
             [
                 "average",
                 str(checkpoints / "checkpoint-50"),
-                str(trained),
+                str(trained_run),
                 "--last",
                 "2",
                 "--output",
@@ -223,17 +221,19 @@ def test_average_writes_the_mean_of_the_checkpoints(trained, tmp_path, capsys):
         )
 
 
-def test_choose_on_validation_scores_windows_then_decodings(trained, capsys):
+def test_choose_on_validation_scores_windows_then_decodings(trained_run, tmp_path, capsys):
     """training/choose_on_validation.py: the last-1 window is the run's final model (its validation BLEU is
     what `evaluate --split validation` gives), windows average spaced checkpoints, and the winner is the
-    best validation row; the test split is not translated."""
+    best validation row; the test split is not translated. Both write into the run folder, so they get a copy.
+    """
+    run = shutil.copytree(trained_run, tmp_path / "run")
     spec = importlib.util.spec_from_file_location("choose", ROOT / "training" / "choose_on_validation.py")
     choose = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(choose)
     choose.main(
         [
-            str(trained),
-            *settings(trained),
+            str(run),
+            *trained_run_settings(run),
             "--last",
             "1",
             "3",
@@ -246,12 +246,12 @@ def test_choose_on_validation_scores_windows_then_decodings(trained, capsys):
             "1.2",
         ]
     )
-    results = json.loads((trained / "validation_choices.json").read_text())
+    results = json.loads((run / "validation_choices.json").read_text())
     assert [row["last"] for row in results["windows"]] == [1, 3]  # 3 checkpoints: no window of 4
     assert results["windows"][1]["checkpoints"] == ["checkpoint-50", "checkpoint-100", "checkpoint-150"]
     assert "--last 4: only 3 checkpoints" in capsys.readouterr().out
-    main(["evaluate", "--model", str(trained / "model"), *settings(trained), "--split", "validation"])
-    validation = json.loads((trained / "model" / "validation_scores.json").read_text())
+    main(["evaluate", "--model", str(run / "model"), *trained_run_settings(run), "--split", "validation"])
+    validation = json.loads((run / "model" / "validation_scores.json").read_text())
     assert results["windows"][0]["sacrebleu"] == pytest.approx(validation["sacrebleu"])
     decodings = {(row["num_beams"], row["length_penalty"]) for row in results["decoding"]}
     assert decodings == {(2, 0.6), (1, 1.0), (2, 1.2)}  # the run's own (beam 2, 0.6) scored once
@@ -260,7 +260,7 @@ def test_choose_on_validation_scores_windows_then_decodings(trained, capsys):
     assert (
         results["winner"]["average_last"] == max(results["windows"], key=lambda row: row["sacrebleu"])["last"]
     )
-    assert not list(trained.glob("choose-*"))  # the averaged scratch folders are removed
+    assert not list(run.glob("choose-*"))  # the averaged scratch folders are removed
 
 
 def test_the_modules_usage_lines_name_only_commands_and_options_the_parser_has():
@@ -281,21 +281,23 @@ def test_the_modules_usage_lines_name_only_commands_and_options_the_parser_has()
         assert set(re.findall(r"--[a-z0-9-]+", line)) <= options, line
 
 
-def test_translate_takes_a_length_penalty_as_evaluate_does(trained, tmp_path):
+def test_translate_takes_a_length_penalty_as_evaluate_does(trained_run, tmp_path):
     """`translate --beams 2 --length-penalty A` writes, line for line, what `inference.translate` (the
     function `evaluate` translates with: generate() in length-sorted batches) gives with num_beams=2 and
     length_penalty=A, for A = 0.0 and 3.0; the two differ on some sentence, and where they differ the
     long-favouring alpha's translation has at least as many tokens."""
     from vanilla_transformer.inference import translate
 
-    sources = prepare_data(load_arguments(None, {**SETTINGS, "output_dir": str(trained)}))["test"]["source"]
+    sources = prepare_data(load_arguments(None, {**TRAINED_RUN, "output_dir": str(trained_run)}))["test"][
+        "source"
+    ]
     (tmp_path / "source.txt").write_text("\n".join(sources) + "\n", encoding="utf-8")
-    model = AutoModelForSeq2SeqLM.from_pretrained(trained / "model").eval()
-    tokenizer = AutoTokenizer.from_pretrained(trained / "model")
+    model = AutoModelForSeq2SeqLM.from_pretrained(trained_run / "model").eval()
+    tokenizer = AutoTokenizer.from_pretrained(trained_run / "model")
     outputs = {}
     for alpha in ("0.0", "3.0"):
         output = tmp_path / f"alpha{alpha}.txt"
-        main(["translate", "--model", str(trained / "model"), "--input", str(tmp_path / "source.txt"),
+        main(["translate", "--model", str(trained_run / "model"), "--input", str(tmp_path / "source.txt"),
               "--output", str(output), "--beams", "2", "--length-penalty", alpha])  # fmt: skip
         outputs[alpha] = output.read_text(encoding="utf-8").splitlines()
         assert outputs[alpha] == translate(

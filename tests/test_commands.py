@@ -16,9 +16,9 @@ import pytest
 import sacrebleu
 import torch
 import yaml
-from conftest import CORPUS, decoder_only_config, tiny_config
+from conftest import CORPUS, TINY_RUN, decoder_only_config, tiny_config
 from test_ablation import TINY_RECIPE
-from test_training import TINY_RUN, _write_jsonl
+from test_training import _write_jsonl
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForCausalLM, VanillaTransformerForConditionalGeneration
@@ -27,17 +27,6 @@ from vanilla_transformer.train.common.checkpoints import latest_checkpoint
 from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
 LINES = [CORPUS[0], CORPUS[1], "", CORPUS[4], CORPUS[2]]  # --batch-size 2: chunks of 2, 2 and 1
-
-
-@pytest.fixture(scope="module")
-def translation_folder(tmp_path_factory, tokenizer):
-    """An untrained tiny translation model with its tokenizer: it emits varied tokens for any line."""
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("translation") / "model"
-    config = tiny_config(vocab_size=len(tokenizer))  # no ids the tokenizer cannot decode
-    VanillaTransformerForConditionalGeneration(config).eval().save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def translate_file(model, lines, folder: Path, *options: str) -> list[str]:
@@ -52,14 +41,14 @@ def translate_file(model, lines, folder: Path, *options: str) -> list[str]:
 
 
 @pytest.mark.newest_only  # the script's own I/O; translate runs at both ends in tests/test_cli.py
-def test_the_console_script_translates_standard_input_to_standard_output(translation_folder, tmp_path):
+def test_the_console_script_translates_standard_input_to_standard_output(translation_model, tmp_path):
     """The script pip installed (pyproject's [project.scripts]), in a fresh process: one output line per
     input line (a blank line stays blank), the lines `--input/--output` files give, exit status 0."""
     script = shutil.which("vanilla-transformer")
     if script is None:
         pytest.fail("`vanilla-transformer` is not on PATH: install the package (pip install -e .) to get it.")
     result = subprocess.run(
-        [script, "translate", "--model", str(translation_folder), "--batch-size", "2"],
+        [script, "translate", "--model", str(translation_model), "--batch-size", "2"],
         input="\n".join(LINES) + "\n",
         capture_output=True,
         text=True,
@@ -71,11 +60,11 @@ def test_the_console_script_translates_standard_input_to_standard_output(transla
     printed = result.stdout.splitlines()
     assert len(printed) == len(LINES)
     assert printed[2] == "" and all(printed[i] for i in (0, 1, 3, 4))
-    assert printed == translate_file(translation_folder, LINES, tmp_path, "--batch-size", "2")
+    assert printed == translate_file(translation_model, LINES, tmp_path, "--batch-size", "2")
 
 
 @pytest.mark.newest_only  # the command's handling of a closed pipe, in its own process
-def test_a_reader_that_stops_early_ends_translate_quietly(translation_folder):
+def test_a_reader_that_stops_early_ends_translate_quietly(translation_model):
     """`translate ... | head -n 1`: the first translation arrives, then the command stops without an error
     (Python's default is a "Broken pipe" traceback or error line once the reader has gone)."""
     script = shutil.which("vanilla-transformer")
@@ -84,7 +73,7 @@ def test_a_reader_that_stops_early_ends_translate_quietly(translation_folder):
         [
             "bash",
             "-c",
-            f'"{script}" translate --model "{translation_folder}" --beams 1 --batch-size 1 | head -n 1',
+            f'"{script}" translate --model "{translation_model}" --beams 1 --batch-size 1 | head -n 1',
         ],
         input=lines,
         capture_output=True,
@@ -315,7 +304,7 @@ def test_the_causal_lm_page_continues_the_prompt_and_draws_its_self_attention(tm
 
 
 def test_the_space_entry_serves_the_folder_beside_app_py_or_the_one_the_environment_names(
-    translation_folder, tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, translation_model
 ):
     """demo.py as a Space's app.py (what `push --with-demo` uploads beside the weights): `main()` with no
     arguments serves the folder it sits in, or $VT_DEMO_MODEL; --host/--port reach Gradio. The package's
@@ -324,8 +313,10 @@ def test_the_space_entry_serves_the_folder_beside_app_py_or_the_one_the_environm
 
     from vanilla_transformer import demo
 
-    space = tmp_path / "space"
-    shutil.copytree(translation_folder, space)
+    # The shared run's model has one layer: the page shows the only layer as a number (Gradio refuses a
+    # slider whose minimum equals its maximum).
+    model, space = translation_model, tmp_path / "space"
+    shutil.copytree(model, space)
     shutil.copy(demo.__file__, space / "app.py")
     spec = importlib.util.spec_from_file_location("space_app", space / "app.py")
     app = importlib.util.module_from_spec(spec)
@@ -350,11 +341,11 @@ def test_the_space_entry_serves_the_folder_beside_app_py_or_the_one_the_environm
     assert (settings["server_name"], settings["server_port"]) == (None, None)  # Gradio's, or the Space's env
     assert {"vt-cross-attention", "vt-run"} <= {block.elem_id for block in page.blocks.values()}
 
-    monkeypatch.setenv(demo.MODEL_ENV, str(translation_folder))
-    assert app.default_model() == str(translation_folder)
+    monkeypatch.setenv(demo.MODEL_ENV, str(model))
+    assert app.default_model() == str(model)
     app.main(["--host", "0.0.0.0", "--port", "8123"])
     page, settings = launched[-1]
-    assert served(page) == str(translation_folder)
+    assert served(page) == str(model)
     assert (settings["server_name"], settings["server_port"]) == ("0.0.0.0", 8123)
 
     monkeypatch.delenv(demo.MODEL_ENV)

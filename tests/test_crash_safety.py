@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import TINY_MODEL, TINY_RUN, tiny_config
 from safetensors.torch import load_file
-from test_training import TINY_MODEL, TINY_RUN
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main

@@ -44,7 +44,8 @@ VIRIDIS_TOP = (253, 231, 37)  # matplotlib's viridis at 1.0, the top of every pi
 
 @pytest.fixture(scope="module")
 def translation_folder(tmp_path_factory, tokenizer):
-    """A tiny translation model trained here (a few seconds of Adam) to copy four sentences."""
+    """A tiny translation model trained here (a few seconds of Adam) to copy four sentences. Not conftest's
+    shared run: the page's checks compare its output with the sentence typed."""
     torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(
         tiny_config(d_model=32, d_ff=64, source_lang="en", target_lang="en")

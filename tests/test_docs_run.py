@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY_RUN
 from test_docs_commands import PAGES, shell_lines
-from test_training import TINY_RUN
 
 from vanilla_transformer.train.translation.arguments import load_arguments
 from vanilla_transformer.train.translation.trainer import train
@@ -95,7 +95,9 @@ def test_every_command_on_the_pages_is_run_here_or_says_why_not():
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory):
     """A folder laid out as the pages assume: the repository's recipes and benchmarks beside it, and
-    the runs the pages' commands read (a tiny synthetic run, 10 updates, a checkpoint every 2)."""
+    the runs the pages' commands read (a tiny synthetic run, 10 updates, a checkpoint every 2). Not
+    conftest's shared run (3 checkpoints, no validation history): the pages average the last 5 checkpoints
+    and plot a validation history, and their commands write into the runs' folders."""
     folder = tmp_path_factory.mktemp("docs")
     for name in ("training", "benchmarks"):
         (folder / name).symlink_to(ROOT / name)

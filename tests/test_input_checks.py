@@ -1,7 +1,8 @@
 """Every value a user gives is checked where it enters, before any work, and refused in one line that names
 the setting, field or file: a model too large for the machine's memory (in a recipe or an edited
 config.json), paths that must exist, split names, references that must match the test split, labels, and a
-folder's generation config and tokenizer (checked against the model they were saved with)."""
+folder's generation config and tokenizer (checked against the model they were saved with). The folders are
+conftest's shared ones, copied where a test breaks them."""
 
 import gzip
 import json
@@ -13,14 +14,12 @@ from conftest import CORPUS, decoder_only_config, encoder_only_config, tiny_conf
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from vanilla_transformer import (
-    VanillaTransformerForConditionalGeneration,
-    VanillaTransformerForSequenceClassification,
-)
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.loading import MODEL_CLASSES, check_model_folder, parameter_count
 from vanilla_transformer.tokenization import tokenizer_fingerprint
 from vanilla_transformer.train.common.recipes import build_config
+from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
 # A synthetic translation task of a few sentences: what the commands read before the refusal is cheap.
 TINY_DATA = ["--set=synthetic_train_size=8", "--set=synthetic_eval_size=4", "--set=vocab_size=300"]
@@ -34,17 +33,6 @@ def refused(argv: list[str]) -> str:
     message = str(exit_.value.code)
     assert message.startswith("error: ") and "\n" not in message, message
     return message
-
-
-@pytest.fixture(scope="module")
-def folder(tmp_path_factory, tokenizer):
-    """A tiny translation model saved with its tokenizer, whose config records the tokenizer's fingerprint
-    (as a training run's model does)."""
-    folder = tmp_path_factory.mktemp("input-checks") / "model"
-    config = tiny_config(tokenizer_fingerprint=tokenizer_fingerprint(tokenizer))
-    VanillaTransformerForConditionalGeneration(config).eval().save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def _copy(folder, tmp_path, name="copy"):
@@ -129,8 +117,8 @@ def test_training_on_a_gpu_counts_the_gpus_free_memory(monkeypatch):
     build_config({"d_model": 16, "d_ff": 32, "num_heads": 4, "num_encoder_layers": 1}, vocab_size=99)
 
 
-def test_an_edited_config_too_large_to_load_is_refused_naming_the_file(folder, tmp_path):
-    edited = _copy(folder, tmp_path)
+def test_an_edited_config_too_large_to_load_is_refused_naming_the_file(translation_model, tmp_path):
+    edited = _copy(translation_model, tmp_path)
     config = json.loads((edited / "config.json").read_text(encoding="utf-8"))
     (edited / "config.json").write_text(json.dumps({**config, "d_model": 10**9}), encoding="utf-8")
     message = refused(_translate(edited, tmp_path))
@@ -172,20 +160,20 @@ def test_missing_data_files_are_named_all_at_once_before_the_run_starts(tmp_path
     assert not (run / "tokenizer").exists()
 
 
-def test_an_evaluate_split_the_data_lacks_is_refused_listing_those_it_has(folder, tmp_path):
-    message = refused(["evaluate", "--model", str(folder), "--split", "tset", *TINY_DATA])
+def test_an_evaluate_split_the_data_lacks_is_refused_listing_those_it_has(translation_model, tmp_path):
+    message = refused(["evaluate", "--model", str(translation_model), "--split", "tset", *TINY_DATA])
     assert message == (
         "error: --split 'tset': the data (synthetic) has no such split; it has train, validation, test."
     )
 
 
-def test_references_of_another_length_are_refused_before_translating(folder, tmp_path):
+def test_references_of_another_length_are_refused_before_translating(translation_model, tmp_path):
     """3 reference lines for a 4-sentence test split: refused with both counts, not BLEU over 3 sentences."""
     references = tmp_path / "refs.txt"
     references.write_text("a\nb\nc\n", encoding="utf-8")
     output = tmp_path / "hypotheses.txt"
     message = refused(
-        ["evaluate", "--model", str(folder), f"--set=tokenized_test_references={references}"]
+        ["evaluate", "--model", str(translation_model), f"--set=tokenized_test_references={references}"]
         + ["--output", str(output), *TINY_DATA]
     )
     assert (
@@ -272,12 +260,11 @@ def test_a_label_outside_the_class_names_is_refused_naming_the_line(tmp_path):
     assert f"{train} line 5: 'label' is 2, outside `class_names` (2 names: labels 0 to 1)" in message
 
 
-def test_classify_evaluate_names_the_row_of_a_label_outside_num_labels(tmp_path, tokenizer):
-    model = tmp_path / "classifier"
-    VanillaTransformerForSequenceClassification(encoder_only_config(num_labels=2)).save_pretrained(model)
-    tokenizer.save_pretrained(model)
+def test_classify_evaluate_names_the_row_of_a_label_outside_num_labels(tmp_path, classifier_folder):
     labelled = _reviews(tmp_path / "three.jsonl.gz", [0, 1, 2, 1])
-    message = refused(_classify("evaluate", tmp_path, "--model", str(model), "--file", str(labelled)))
+    message = refused(
+        _classify("evaluate", tmp_path, "--model", str(classifier_folder), "--file", str(labelled))
+    )
     assert f"{labelled}: labels [2] are outside the model's num_labels=2" in message
     assert "row 3's label 2" in message
 
@@ -285,9 +272,9 @@ def test_classify_evaluate_names_the_row_of_a_label_outside_num_labels(tmp_path,
 # -- the folder's generation config and tokenizer -------------------------------------------------------------
 
 
-def test_a_cut_short_generation_config_is_refused_naming_the_file(folder, tmp_path):
+def test_a_cut_short_generation_config_is_refused_naming_the_file(translation_model, tmp_path):
     """transformers would fall back to greedy search without a word, changing every translation."""
-    damaged = _copy(folder, tmp_path)
+    damaged = _copy(translation_model, tmp_path)
     text = (damaged / "generation_config.json").read_text(encoding="utf-8")
     (damaged / "generation_config.json").write_text(text[: len(text) // 2], encoding="utf-8")
     message = refused(_translate(damaged, tmp_path))
@@ -295,34 +282,38 @@ def test_a_cut_short_generation_config_is_refused_naming_the_file(folder, tmp_pa
 
 
 def _other_tokenizer(size: int) -> PreTrainedTokenizerFast:
-    """A tokenizer of ``size`` tokens learnt from other text: the same size, other ids."""
+    """A tokenizer of ``size`` tokens learnt from other text (enough of it for the shared run's 400): the
+    same size, other ids."""
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
     bpe.pre_tokenizer = pre_tokenizers.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"])
-    bpe.train_from_iterator(["zebras quietly juggle violet umbrellas"] * 3 + CORPUS[::-1], trainer)
+    german = [pair["de"] for pair in synthetic_pairs(400, seed=1)]  # the run's task: one side, other pairs
+    bpe.train_from_iterator(["zebras quietly juggle violet umbrellas"] * 3 + CORPUS[::-1] + german, trainer)
     bpe.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
     return PreTrainedTokenizerFast(
         tokenizer_object=bpe, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
 
 
-def test_another_models_tokenizer_of_the_same_size_is_refused(folder, tmp_path, tokenizer):
-    swapped = _copy(folder, tmp_path)
+def test_another_models_tokenizer_of_the_same_size_is_refused(translation_model, tmp_path):
+    swapped = _copy(translation_model, tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(translation_model)
     other = _other_tokenizer(len(tokenizer))
-    assert len(other) <= len(tokenizer) and tokenizer_fingerprint(other) != tokenizer_fingerprint(tokenizer)
+    assert len(other) == len(tokenizer) and tokenizer_fingerprint(other) != tokenizer_fingerprint(tokenizer)
     other.save_pretrained(swapped)
     message = refused(_translate(swapped, tmp_path))
     assert f"{swapped}/tokenizer.json is not the tokenizer this model was trained with" in message
 
 
-def test_the_fingerprint_names_the_vocabulary_not_the_file(folder, tmp_path, tokenizer):
+def test_the_fingerprint_names_the_vocabulary_not_the_file(translation_model, tmp_path, tokenizer):
     """A re-save (another transformers release writes the files differently) still matches; a folder
     without a fingerprint (an older save, another tool's) is checked by size alone, as before."""
-    resaved = _copy(folder, tmp_path)
+    resaved = _copy(translation_model, tmp_path)
     AutoTokenizer.from_pretrained(resaved).save_pretrained(resaved)
     tokenizer_json = json.loads((resaved / "tokenizer.json").read_text(encoding="utf-8"))
     (resaved / "tokenizer.json").write_text(json.dumps(tokenizer_json, indent=1), encoding="utf-8")
-    assert check_model_folder(resaved).tokenizer_fingerprint == tokenizer_fingerprint(tokenizer)
+    original = AutoTokenizer.from_pretrained(translation_model)
+    assert check_model_folder(resaved).tokenizer_fingerprint == tokenizer_fingerprint(original)
     unrecorded = tmp_path / "unrecorded"
     VanillaTransformerForConditionalGeneration(tiny_config()).save_pretrained(unrecorded)
     _other_tokenizer(len(tokenizer)).save_pretrained(unrecorded)

@@ -113,11 +113,8 @@ def test_onnx_decoder_steps_match_pytorch_logits(exported_seq2seq):
     assert keys.shape == (2, 2, 4, targets.shape[1], 4)  # (layers, batch, heads, length, d_k)
 
 
-def test_export_command_and_refusals(tmp_path, tokenizer):
-    model = VanillaTransformerForSequenceClassification(encoder_only_config(num_labels=2))
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    main(["export-onnx", "--model", str(tmp_path / "model"), "--output", str(tmp_path / "onnx")])
+def test_export_command_and_refusals(tmp_path, classifier_folder):
+    main(["export-onnx", "--model", str(classifier_folder), "--output", str(tmp_path / "onnx")])
     assert {"model.onnx", "config.json", "tokenizer.json"} <= {p.name for p in (tmp_path / "onnx").iterdir()}
     with pytest.raises(ValueError, match="decoder-only"):
         export_onnx(VanillaTransformerForCausalLM(decoder_only_config()), tmp_path / "causal")

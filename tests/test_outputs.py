@@ -5,16 +5,15 @@ output (its marker). The inference commands' numeric options are refused where t
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config, with_short_translations
 from safetensors.torch import load_file
 
-from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.outputs import MARKER
 
@@ -24,26 +23,11 @@ pytestmark = pytest.mark.newest_only
 SOURCE = "a wonderful film\ngreat acting and a boring story\n"
 
 
-def save_model(folder: Path, tokenizer, seed: int) -> Path:
-    torch.manual_seed(seed)
-    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer))).eval()
-    with_short_translations(model).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture
-def run(tmp_path, tokenizer) -> Path:
-    """A translation run's folder as training leaves it: two checkpoints, the final model with its card,
-    results.json."""
-    run = tmp_path / "run"
-    for step, seed in ((10, 0), (20, 1)):
-        checkpoint = save_model(run / "checkpoints" / f"checkpoint-{step}", tokenizer, seed)
-        (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    save_model(run / "model", tokenizer, seed=1)
-    (run / "model" / "README.md").write_text("---\nlicense: mit\n---\nThe run's card: BLEU 12.3\n")
-    (run / "results.json").write_text(json.dumps({"test": {"sacrebleu": 12.3}}))
-    return run
+def run(trained_run, tmp_path) -> Path:
+    """A copy of the shared tiny run (conftest's ``trained_run``), as training leaves it: checkpoints 50, 100
+    and 150, the final model with its card, results.json."""
+    return shutil.copytree(trained_run, tmp_path / "run")
 
 
 def snapshot(folder: Path) -> dict[str, bytes | None]:
@@ -66,12 +50,12 @@ def refused(argv: list[str]) -> str:
 # -- average ------------------------------------------------------------------------------------------------
 
 AVERAGE_OVER_INPUTS = {
-    "run/checkpoints/checkpoint-20": "is an input of this command",
-    "run/checkpoints/checkpoint-20/averaged": "is inside the input",
+    "run/checkpoints/checkpoint-150": "is an input of this command",
+    "run/checkpoints/checkpoint-150/averaged": "is inside the input",
     "run": "holds the input",
     "run/checkpoints": "holds the input",
     "run/checkpoints/averaged": "would go among the checkpoints in",
-    "run/checkpoints/checkpoint-30": "would go among the checkpoints in",
+    "run/checkpoints/checkpoint-200": "would go among the checkpoints in",
     "run/model": "holds a model (config.json, model.safetensors) that `average` did not write",
     "run/model/averaged": "would go inside the model folder",
 }
@@ -81,7 +65,7 @@ AVERAGE_OVER_INPUTS = {
 def test_average_never_writes_over_around_or_inside_its_inputs_even_with_force(run, output):
     tmp = run.parent
     before = snapshot(tmp)
-    checkpoints = [str(run / "checkpoints" / name) for name in ("checkpoint-10", "checkpoint-20")]
+    checkpoints = [str(run / "checkpoints" / name) for name in ("checkpoint-100", "checkpoint-150")]
     message = refused(["average", *checkpoints, "--output", str(tmp / output), "--force"])
     assert message.startswith(f"error: {tmp / output} {AVERAGE_OVER_INPUTS[output]}"), message
     assert snapshot(tmp) == before  # nothing written, nothing left behind
@@ -90,7 +74,7 @@ def test_average_never_writes_over_around_or_inside_its_inputs_even_with_force(r
 def test_average_last_refuses_the_run_folder_itself(run):
     before = snapshot(run)
     message = refused(["average", str(run), "--last", "2", "--output", str(run)])
-    assert message.startswith(f"error: {run} holds the input {run}/checkpoints/checkpoint-10"), message
+    assert message.startswith(f"error: {run} holds the input {run}/checkpoints/checkpoint-100"), message
     assert snapshot(run) == before
 
 
@@ -99,7 +83,7 @@ def test_force_replaces_only_the_commands_own_earlier_output(run, capsys):
     --force replaces it (swapped in by rename, nothing left beside it); a file the user put there, or another
     command's --force, is refused."""
     output = run / "averaged"
-    before = snapshot(run)
+    before, names = snapshot(run), sorted(path.name for path in run.iterdir())
     main(["average", str(run), "--last", "2", "--output", str(output)])
     assert capsys.readouterr().out == f"Averaged 2 checkpoints into {output}\n"
     marker = json.loads((output / MARKER).read_text())
@@ -115,10 +99,10 @@ def test_force_replaces_only_the_commands_own_earlier_output(run, capsys):
     assert snapshot(run) == after
 
     main(["average", str(run), "--last", "1", "--output", str(output), "--force"])
-    last = load_file(run / "checkpoints" / "checkpoint-20" / "model.safetensors")
+    last = load_file(run / "checkpoints" / "checkpoint-150" / "model.safetensors")
     replaced = load_file(output / "model.safetensors")
     assert replaced.keys() == last.keys() and all(torch.equal(replaced[k], last[k]) for k in last)
-    assert sorted(path.name for path in run.iterdir()) == ["averaged", "checkpoints", "model", "results.json"]
+    assert sorted(path.name for path in run.iterdir()) == sorted([*names, "averaged"])
 
     (output / "notes.txt").write_text("my notes on this average")
     kept = snapshot(run)
@@ -133,12 +117,14 @@ def test_force_replaces_only_the_commands_own_earlier_output(run, capsys):
 
 
 @pytest.mark.parametrize("command", ["average", "export-onnx", "attention"])
-def test_a_folder_the_command_did_not_write_is_refused_even_with_force(run, tmp_path, tokenizer, command):
+def test_a_folder_the_command_did_not_write_is_refused_even_with_force(
+    run, tmp_path, translation_model, command
+):
     """A user's own non-empty folder (no marker) is never replaced; a run's folder names what makes it one."""
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "thesis.tex").write_text("months of work")
-    model = str(save_model(tmp_path / "other", tokenizer, seed=2))
+    model = str(translation_model)
     argv = {
         "average": ["average", model],
         "export-onnx": ["export-onnx", "--model", model],

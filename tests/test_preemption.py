@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL, TINY_RUN
 from test_classification import settings as classification_settings
-from test_training import TINY_MODEL, TINY_RUN, logged_losses, run
+from test_training import logged_losses, run
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.train.common.checkpoints import checkpoint_dirs, checkpoint_step, damage

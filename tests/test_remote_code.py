@@ -9,12 +9,7 @@ import json
 import shutil
 
 import pytest
-from conftest import encoder_only_config, tiny_config
 
-from vanilla_transformer import (
-    VanillaTransformerForConditionalGeneration,
-    VanillaTransformerForSequenceClassification,
-)
 from vanilla_transformer.cli import main
 from vanilla_transformer.demo import classify, load_for_demo
 
@@ -41,18 +36,14 @@ def _change_code(folder, sentinel) -> None:
 
 
 @pytest.fixture
-def changed(tmp_path, tokenizer):
-    """{task: folder} saved by the package, with changed code; and the sentinel file that code writes."""
+def changed(tmp_path, classifier_folder, translation_model):
+    """{task: folder}: copies of conftest's shared classifier and trained translation model, saved by the
+    package, with changed code; and the sentinel file that code writes."""
     sentinel = tmp_path / "the-folders-code-ran"
-    models = {
-        "classifier": VanillaTransformerForSequenceClassification(encoder_only_config(num_labels=2)),
-        "translation": VanillaTransformerForConditionalGeneration(tiny_config()),
-    }
     folders = {}
-    for task, model in models.items():
+    for task, saved in {"classifier": classifier_folder, "translation": translation_model}.items():
         folder = tmp_path / f"changed-{task}-{tmp_path.name}"  # one name each in transformers' modules cache
-        model.eval().save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        shutil.copytree(saved, folder)
         _change_code(folder, sentinel)
         folders[task] = folder
     return folders, sentinel

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_MODEL, TINY_RUN
 from huggingface_hub import ModelCard
 from safetensors import safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
@@ -37,22 +38,6 @@ from vanilla_transformer.train.translation.synthetic import german_number, synth
 from vanilla_transformer.train.translation.trainer import TranslationTrainer, build_model_config, train
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
-TINY_MODEL = dict(d_model=32, d_ff=64, num_heads=4, num_encoder_layers=1, num_decoder_layers=1)
-TINY_RUN = dict(
-    synthetic_train_size=400,
-    synthetic_eval_size=8,
-    vocab_size=400,
-    model=TINY_MODEL,
-    mixed_precision="no",  # fp32 unless a test says otherwise (tests/test_training.py::test_bf16_*)
-    max_tokens=300,
-    warmup_steps=4,
-    lr_scale=1.0,
-    eval_steps=1000,
-    eval_bleu_samples=4,
-    num_beams=2,
-    logging_steps=1,
-    report_to="none",
-)
 
 
 def run(tmp_path, name, model=None, **settings):

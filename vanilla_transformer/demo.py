@@ -317,6 +317,14 @@ def build_demo(model_path: str | Path, *, fail_on_bad_model: bool = False, trust
     return demo
 
 
+def _pick_one(gr, count: int, label: str, elem_id: str):
+    """A slider over 1..count; a fixed number where there is only one (a one-layer or one-head model: a
+    slider's minimum must lie below its maximum)."""
+    if count > 1:
+        return gr.Slider(1, count, value=1, step=1, label=label, elem_id=elem_id)
+    return gr.Number(1, label=f"{label} (the only one)", precision=0, interactive=False, elem_id=elem_id)
+
+
 def _attention_panel(gr, loaded: Loaded, kinds: list[str]):
     """Layer and head sliders over one picture per kind of attention; returns (state, sliders, images)."""
     config = loaded.model.config
@@ -324,8 +332,8 @@ def _attention_panel(gr, loaded: Loaded, kinds: list[str]):
     layers = max(depth.get(kind, config.num_decoder_layers) for kind in kinds)
     found = gr.State(None)
     with gr.Row():
-        layer = gr.Slider(1, layers, value=1, step=1, label="Layer", elem_id="vt-layer")
-        head = gr.Slider(1, config.num_heads, value=1, step=1, label="Head", elem_id="vt-head")
+        layer = _pick_one(gr, layers, "Layer", "vt-layer")
+        head = _pick_one(gr, config.num_heads, "Head", "vt-head")
     with gr.Row():
         images = [
             gr.Image(
