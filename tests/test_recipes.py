@@ -81,6 +81,9 @@ def hardware(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda is not None)
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cuda)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Test GPU")
+        # the default device is the accelerator torch finds (devices.pick_device)
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: cuda is not None)
+        monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
 
     return set_hardware
 
@@ -101,7 +104,7 @@ def test_auto_on_a_cpu_is_bf16_exactly_with_amx_or_avx512_bf16(hardware, flags, 
     assert resolve_mixed_precision("no", "cpu") == "no"  # `no` forces fp32, native bf16 or not
 
 
-GPUS = {(7, 5): "no", (8, 0): "bf16", (8, 6): "bf16", (9, 0): "bf16"}  # README: compute capability >= 8.0
+GPUS = {(7, 5): "fp16", (8, 0): "bf16", (8, 6): "bf16", (9, 0): "bf16"}  # bf16 from compute capability 8.0
 
 
 @pytest.mark.parametrize("capability, expected", GPUS.items(), ids=[f"sm{a}{b}" for a, b in GPUS])
@@ -126,9 +129,9 @@ def test_forced_bf16_without_native_bf16_runs_emulated_with_a_warning(hardware, 
 
 def test_a_misspelt_setting_is_refused_naming_the_field():
     with pytest.raises(
-        ValueError, match=r"`mixed_precision` must be one of \['auto', 'no', 'bf16'\], got 'fp16'"
+        ValueError, match=r"`mixed_precision` must be one of auto \| no \| bf16 \| fp16, got 'fp8'"
     ):
-        resolve_mixed_precision("fp16")
+        resolve_mixed_precision("fp8")
 
 
 # -- a seconds-long bf16 run --------------------------------------------------------------------------------

@@ -1,13 +1,13 @@
 """The ``vanilla-transformer`` command: thin wrappers that parse arguments and call the library.
 
 vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set model.field=value ...]
-vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE] [--force]
-vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16]
+vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE] [--force] [--device D]
+vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16] [--device D]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] [--last N] --output DIR [--force]
 vanilla-transformer ablate [--recipe STUDY.yaml] [--rows A,C] [--minutes-per-row N] [--output DIR] [--print-commands | --collect]
-vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR] [--force]
+vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR] [--force] [--device D]
 vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code]
-vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...] [--model DIR] [--file FILE] [--split test|validation]
+vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...] [--model DIR] [--file FILE] [--split test|validation] [--device D]
 vanilla-transformer export-onnx --model DIR --output DIR [--force]
 vanilla-transformer export-ct2 --model DIR --output DIR [--quantization TYPE] [--force]
 vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr] [--message TEXT] [--token TOKEN] [--with-demo]
@@ -64,7 +64,14 @@ def cmd_evaluate(options) -> None:
         check_split(args, options.split, data)  # where the splits were known only once read (a Hub data set)
         split = data[options.split]
         scores, samples = evaluate_folder(
-            options.model, split, args, hypotheses, references, options.beams, options.length_penalty
+            options.model,
+            split,
+            args,
+            hypotheses,
+            references,
+            options.beams,
+            options.length_penalty,
+            options.device,
         )
         for source, hypothesis, reference in samples:
             print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
@@ -127,7 +134,12 @@ def _pytorch_translator(options):
     from .loading import load_saved_model
 
     model = prepare_for_inference(
-        load_saved_model(options.model, AutoModelForSeq2SeqLM),
+        # int8 dynamic quantisation runs on the CPU: there by default then
+        load_saved_model(
+            options.model,
+            AutoModelForSeq2SeqLM,
+            device=options.device or ("cpu" if options.quantize else "auto"),
+        ),
         dtype=torch.bfloat16 if options.dtype == "bf16" else None,
         quantize=options.quantize,
     )
@@ -203,7 +215,7 @@ def cmd_attention(options) -> None:
     from .outputs import folder_output
 
     with folder_output(options.output, "attention", [options.model], options.force) as staging:
-        model, tokenizer = load_model(options.model)
+        model, tokenizer = load_model(options.model, options.device or "auto")
         names = [
             path.name for path in plot_attention(model, tokenizer, options.text, staging, options.target)
         ]
@@ -243,7 +255,9 @@ def cmd_classify(options) -> None:
             raise SystemExit("classify evaluate needs --model")
         # Its report (eval_results*.json, confusion_matrix*.png) goes next to the model: writable before any work.
         check_writable(Path(options.model) / "eval_results.json")
-        metrics = evaluate_classifier(options.model, args, options.file, options.split, training.seed)
+        metrics = evaluate_classifier(
+            options.model, args, options.file, options.split, training.seed, options.device
+        )
         print(json.dumps(metrics, indent=2))
 
 
@@ -356,6 +370,14 @@ FORCE_FILE = (
 )
 
 
+def _add_device_option(parser) -> None:
+    parser.add_argument(
+        "--device",
+        help="Where the model runs: cpu, cuda, cuda:1, mps, xpu (default: the accelerator torch finds, else the "
+        "CPU; devices.pick_device).",
+    )
+
+
 # -- the parser: one function per command -------------------------------------------------------------
 
 
@@ -394,6 +416,7 @@ def add_evaluate_command(commands) -> None:
         "it, as <split>_scores.json.",
     )
     evaluate.add_argument("--force", action="store_true", help=FORCE_FILE)
+    _add_device_option(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 
 
@@ -428,6 +451,7 @@ def add_translate_command(commands) -> None:
     translate.add_argument(
         "--dtype", choices=["fp32", "bf16"], default="fp32", help="pytorch engine: weight type."
     )
+    _add_device_option(translate)
     translate.set_defaults(func=cmd_translate)
 
 
@@ -473,6 +497,7 @@ def add_attention_command(commands) -> None:
         "--output", default="attention", help="Folder for the PNGs (default: ./attention)."
     )
     attention.add_argument("--force", action="store_true", help=FORCE_FOLDER)
+    _add_device_option(attention)
     attention.set_defaults(func=cmd_attention)
 
 
@@ -513,6 +538,7 @@ def add_classify_command(commands) -> None:
         help="evaluate: validation scores the texts the recipe holds out of its training file (what "
         "training validated on; make choices there) instead of the test file",
     )
+    _add_device_option(classify)
     classify.set_defaults(func=cmd_classify)
 
 
@@ -605,13 +631,21 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:  # the reader went away (`... | head`): stop quietly, as other filters do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         raise SystemExit(141) from None
-    except (
-        RunInterrupted
-    ) as stop:  # SIGTERM / SIGINT / SIGUSR1: the checkpoint is written, the status says why
+    except RunInterrupted as stop:  # a signal: the checkpoint is written, the exit status says which
+        _close_progress_bars()
         print(stop, file=sys.stderr)
         raise SystemExit(stop.exit_status) from None
     except (ValueError, OSError, ImportError) as error:  # bad input, a missing file, a full disk: one line
+        _close_progress_bars()
         raise SystemExit(f"error: {error}") from error
+
+
+def _close_progress_bars() -> None:
+    """End the progress bars an error interrupted, so that its line starts a line of its own."""
+    from tqdm import tqdm
+
+    for bar in list(getattr(tqdm, "_instances", ())):
+        bar.close()
 
 
 if __name__ == "__main__":

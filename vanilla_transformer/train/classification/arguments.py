@@ -23,6 +23,7 @@ from transformers import TrainingArguments
 
 from ...classification_pipeline import LongText
 from ...configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
+from ...devices import pick_device
 from ...precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
 from ..common.arguments import RunArguments
 from ..common.recipes import (
@@ -230,7 +231,7 @@ def load_classification_arguments(
     where = source_name(recipe, overrides)
     for key in ("bf16", "fp16"):
         if key in values:
-            raise ValueError(f"{where}: set `mixed_precision` (auto | no | bf16), not `{key}`.")
+            raise ValueError(f"{where}: set `mixed_precision` (auto | no | bf16 | fp16), not `{key}`.")
     for key, why in SET_BY_THE_CORE.items():
         if key in values:
             raise ValueError(f"{where}: `{key}` is not a classification setting: {why}.")
@@ -240,10 +241,10 @@ def load_classification_arguments(
     )
     setting = values.get("mixed_precision", ClassificationArguments.mixed_precision)
     if setting in MIXED_PRECISION_CHOICES:  # a bad value is refused, with the file named, by the parser
-        cpu = bool(values.get("use_cpu")) or not torch.accelerator.is_available()
-        device = torch.device("cpu") if cpu else torch.accelerator.current_accelerator()
-        values["bf16"] = resolve_mixed_precision(setting, device) == "bf16"
-        if values["bf16"] and cpu:
+        device = torch.device("cpu") if values.get("use_cpu") else pick_device()
+        used = resolve_mixed_precision(setting, device)
+        values["bf16"], values["fp16"] = used == "bf16", used == "fp16"
+        if used != "no" and device.type == "cpu":
             values["use_cpu"] = True  # the Trainer takes bf16 on a CPU only when told it runs there
     return parse_settings(values, types, recipe, from_file, overrides)
 

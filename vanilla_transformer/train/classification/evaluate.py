@@ -14,6 +14,7 @@ from datasets import Dataset
 from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments
 
 from ...classification_pipeline import LongText, average_logits, encode_long_texts
+from ...devices import pick_device
 from ...loading import load_saved_model
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ..common.data import data_path, refuse_missing
@@ -43,6 +44,7 @@ def evaluate_classifier(
     file: str | None = None,
     split: str = "test",
     seed: int = 0,
+    device=None,
 ) -> dict:
     """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file: ``file``, else the
     recipe's ``test_file``; with ``split="validation"`` the texts ``training_and_validation`` holds out
@@ -77,7 +79,9 @@ def evaluate_classifier(
     data = subset(data, args.max_eval_examples, 0)
     num_labels = model.config.num_labels
     reading = LongText.from_config(model.config, args.eval_long_text)
-    logits = predict_texts(model, tokenizer, data[args.text_column], reading, Path(model_dir) / "eval")
+    logits = predict_texts(
+        model, tokenizer, data[args.text_column], reading, Path(model_dir) / "eval", device
+    )
     labels = np.asarray(data[args.label_column])
     metrics = classification_metrics(logits.argmax(-1).numpy(), labels, num_labels)
     names = [model.config.id2label[i] for i in range(num_labels)]
@@ -111,7 +115,9 @@ def check_labels_fit(labels: list[int], num_labels: int, file) -> None:
         )
 
 
-def predict_texts(model, tokenizer, texts: list[str], reading: LongText, output_dir: Path) -> torch.Tensor:
+def predict_texts(
+    model, tokenizer, texts: list[str], reading: LongText, output_dir: Path, device=None
+) -> torch.Tensor:
     """(texts, labels) logits: each text read as ``reading`` says, a text's windows averaged."""
     views = encode_long_texts(tokenizer, texts, reading)
     rows = [ids for text_views in views for ids in text_views]
@@ -121,7 +127,12 @@ def predict_texts(model, tokenizer, texts: list[str], reading: LongText, output_
     order = np.argsort([len(ids) for ids in rows], kind="stable")
     trainer = Trainer(
         model=model,
-        args=TrainingArguments(output_dir=str(output_dir), report_to=[], per_device_eval_batch_size=64),
+        args=TrainingArguments(
+            output_dir=str(output_dir),
+            report_to=[],
+            per_device_eval_batch_size=64,
+            use_cpu=pick_device(device).type == "cpu",  # the Trainer runs on the accelerator unless told
+        ),
         data_collator=DataCollatorWithPadding(tokenizer),
     )
     predictions = trainer.predict(encoded.select(order)).predictions  # (rows, labels), in `order`

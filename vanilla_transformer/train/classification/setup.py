@@ -12,7 +12,7 @@ from transformers.trainer_callback import ProgressCallback
 
 from ...classification_pipeline import clean_text
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
-from ...precision import bf16_hardware
+from ...precision import bf16_hardware, precision_reason
 from ...tokenization import MASK_TOKEN
 from ..common.budget import BudgetedTrainer, TimeBudget, TrainingProgressCallback
 from ..common.checkpoints import checkpoint_dirs
@@ -62,6 +62,7 @@ TRAINER_SETTINGS = (
     "gradient_accumulation_steps",
     "world_size",
     "bf16",
+    "fp16",
     "learning_rate",
     "lr_scheduler_type",
     "warmup_steps",
@@ -158,9 +159,14 @@ def model_config(args: ClassificationArguments, tokenizer, **extra) -> VanillaTr
 
 
 def precision_record(args: ClassificationArguments, training: TrainingArguments) -> dict:
-    """``mixed_precision`` and what it became (the Trainer's ``bf16``), on which hardware."""
-    used = "bf16" if training.bf16 else "no"
-    return {"setting": args.mixed_precision, "used": used, "hardware": bf16_hardware(training.device)}
+    """``mixed_precision``, what it became (the Trainer's ``bf16`` / ``fp16``) and why, on which hardware."""
+    used = "bf16" if training.bf16 else "fp16" if training.fp16 else "no"
+    return {
+        "setting": args.mixed_precision,
+        "used": used,
+        "hardware": bf16_hardware(training.device),
+        "reason": precision_reason(args.mixed_precision, used, training.device),
+    }
 
 
 def data_name(args: ClassificationArguments) -> tuple[str, str]:

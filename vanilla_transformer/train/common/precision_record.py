@@ -3,21 +3,30 @@
 
 from __future__ import annotations
 
-from ...precision import bf16_hardware, resolve_mixed_precision
+from ...precision import bf16_hardware, precision_reason, resolve_mixed_precision
 
 
 def mixed_precision_record(setting: str, device) -> dict:
     """What ``mixed_precision`` resolves to on ``device``, for the log line, results.json and the card."""
+    used = resolve_mixed_precision(setting, device)
     return {
         "setting": setting,
-        "used": resolve_mixed_precision(setting, device),
+        "used": used,
         "hardware": bf16_hardware(device),
+        "reason": precision_reason(setting, used, device),
     }
 
 
+FORMATS = {
+    "bf16": "bf16 autocast, fp32 weights",
+    "fp16": "fp16 autocast with dynamic loss scaling, fp32 weights",
+    "no": "fp32",
+}
+
+
 def describe_precision(record: dict) -> str:
-    used = "bf16 autocast, fp32 weights" if record["used"] == "bf16" else "fp32"
-    return f"{used} (mixed_precision: {record['setting']}; {record['hardware']})"
+    reason = f"; {record['reason']}" if record.get("reason") else ""
+    return f"{FORMATS[record['used']]} (mixed_precision: {record['setting']}; {record['hardware']}{reason})"
 
 
 __all__ = ["mixed_precision_record", "describe_precision"]

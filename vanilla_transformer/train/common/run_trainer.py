@@ -51,6 +51,21 @@ class RunTrainer:
     checkpoints go (the Trainer's ``output_dir`` unless a task says otherwise)."""
 
     run_settings: dict | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.args.fp16 and self.args.device.type == "cpu":
+            self._fp16_on_cpu()
+
+    def _fp16_on_cpu(self) -> None:
+        """``mixed_precision: fp16`` on a CPU: Accelerate leaves fp16 to GPUs (no autocast, no loss scaler on a
+        CPU), so the run would silently train in fp32. torch runs both on the CPU: its fp16 autocast and
+        ``GradScaler("cpu")``, which Accelerate's backward, clipping and optimizer step then use as on a GPU.
+        Slow (CPUs multiply fp16 no faster than fp32), but the same numerics as a T4's: the fp16 path is
+        tested where no GPU is."""
+        self.accelerator.native_amp = True
+        self.accelerator.scaler = torch.amp.GradScaler("cpu")
+
     nonfinite_advice = (
         "Lower the learning rate or `max_grad_norm`, or set `mixed_precision: no` if this is a bf16 overflow."
     )

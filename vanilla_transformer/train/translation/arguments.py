@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from transformers import Seq2SeqTrainingArguments
 
+from ...devices import pick_device
 from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
 from ...precision import resolve_mixed_precision
 from ..common.arguments import RunArguments
@@ -41,8 +42,8 @@ SYNTHETIC_MODEL = {
 # Trainer settings a translation recipe may not set: the run decides them (mixed_precision is the
 # precision switch; the learning rate is Eq. 3's, times lr_scale; §5.4's smoothing is the model config's).
 SET_BY_TRANSLATION = {
-    "bf16": "set `mixed_precision` (auto | no | bf16)",
-    "fp16": "set `mixed_precision` (auto | no | bf16)",
+    "bf16": "set `mixed_precision` (auto | no | bf16 | fp16)",
+    "fp16": "set `mixed_precision` (auto | no | bf16 | fp16)",
     "learning_rate": "the rate is Eq. 3's: scale it with `lr_scale`",
     "lr_scheduler_type": "the schedule is Eq. 3 (with `lr_cooldown` for a cool-down)",
     "label_smoothing_factor": "set `model.label_smoothing` (§5.4, computed in the model's loss)",
@@ -203,16 +204,17 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
                 f"`save_total_limit` must be at least 1 (or null: keep all), got {self.save_total_limit}."
             )
         check_model_block(self.model, SET_BY_RUN)
-        # mixed_precision is the run's precision switch (RunArguments); the trainer computes in bf16 where it resolves so.
-        # transformers (5.24+) keeps the precision it hands Accelerate in an attribute of the same name:
-        # the recipe's setting stays in mixed_precision_setting, the resolved one in mixed_precision.
+        # mixed_precision is the run's precision switch (RunArguments); the trainer computes in bf16 or fp16
+        # (with loss scaling) where it resolves so. transformers (5.24+) keeps the precision it hands
+        # Accelerate in an attribute of the same name: the recipe's setting stays in
+        # mixed_precision_setting, the resolved one in mixed_precision.
         self.mixed_precision_setting = self.mixed_precision
-        cpu = self.use_cpu or not torch.accelerator.is_available()
-        device = torch.device("cpu") if cpu else torch.accelerator.current_accelerator()
-        self.bf16 = resolve_mixed_precision(self.mixed_precision, device) == "bf16"
-        self.use_cpu = cpu  # the trainer takes bf16 on a CPU only when told it runs there
+        device = torch.device("cpu") if self.use_cpu else pick_device()
+        used = resolve_mixed_precision(self.mixed_precision, device)
+        self.bf16, self.fp16 = used == "bf16", used == "fp16"
+        self.use_cpu = device.type == "cpu"  # the trainer takes bf16 on a CPU only when told it runs there
         super().__post_init__()
-        self.mixed_precision = "bf16" if self.bf16 else "no"
+        self.mixed_precision = used
 
 
 # What a resumed run must share with its checkpoint: what an update is. The model and the data it sees, the
