@@ -418,19 +418,26 @@ def test_resize_token_embeddings_keeps_the_paper_ties(tmp_path):
 # -- bad input -------------------------------------------------------------------------------------------
 
 
-def test_token_ids_outside_the_vocabulary_are_named():
+def test_token_ids_outside_the_vocabulary_are_named_by_the_opt_in_check():
+    """The forward checks ids only when asked (``check_inputs``; the entry points check where ids enter:
+    tests/test_host_reads.py)."""
     model = seq2seq()
+    model.check_inputs = True
     with pytest.raises(
         ValueError, match=r"Token id 99 is outside the vocabulary: ids must lie in \[0, vocab_size=99\)"
     ):
         model(input_ids=torch.tensor([[5, 99]]), decoder_input_ids=torch.tensor([[1]]))
+    checked = classifier()
+    checked.check_inputs = True
     with pytest.raises(ValueError, match="Token id -3"):
-        classifier()(input_ids=torch.tensor([[5, -3]]))
+        checked(input_ids=torch.tensor([[5, -3]]))
 
 
-def test_classifier_rejects_labels_outside_num_labels():
+def test_classifier_rejects_labels_outside_num_labels_under_the_opt_in_check():
+    checked = classifier()
+    checked.check_inputs = True
     with pytest.raises(ValueError, match=r"Label 5 is outside \[0, num_labels=2\)"):
-        classifier()(input_ids=random_ids(2, 4), labels=torch.tensor([0, 5]))
+        checked(input_ids=random_ids(2, 4), labels=torch.tensor([0, 5]))
 
 
 def test_missing_or_double_inputs_are_explained():

@@ -34,7 +34,7 @@ import torch
 from transformers import TextClassificationPipeline
 from transformers.pipelines.base import ChunkPipeline
 
-from .configuration_vanilla_transformer import validate_long_text
+from .configuration_vanilla_transformer import check_token_ids, validate_long_text
 
 TASK = "text-classification"
 BREAKS = re.compile(r"<br\s*/?>", re.IGNORECASE)
@@ -188,6 +188,7 @@ class LongTextClassificationPipeline(ChunkPipeline, TextClassificationPipeline):
                     f"({reading.describe()})."
                 )
         views = encode_long_texts(self.tokenizer, [inputs], reading)[0]
+        check_token_ids(views, self.model.config.vocab_size, "input_ids")  # here, not in the model's forward
         for index, ids in enumerate(views):
             yield {
                 "input_ids": torch.tensor([ids]),

@@ -318,6 +318,35 @@ def validate_long_text(
             )
 
 
+def check_token_ids(ids, vocab_size: int, where: str = "", ignore_index: int | None = None) -> None:
+    """Refuse token ids outside ``[0, vocab_size)``, naming the first bad extreme, where ids enter: the
+    pipelines, ``translate()`` (``translate`` and ``evaluate``), the training runs' tokenized data, and the
+    model's opt-in ``check_inputs``. The model's forward does not check: on an accelerator each read of a
+    tensor's value is a device-to-host synchronisation.
+
+    ``ids``: a tensor (call this before the batch moves to an accelerator), or a list of ids or of lists
+    of ids (a tokenizer's batch). ``where`` names the input in the error; ``ignore_index`` (the labels'
+    -100) is skipped."""
+    if hasattr(ids, "numel"):  # a tensor: one read of each extreme
+        if ignore_index is not None:
+            ids = ids[ids != ignore_index]
+        if not ids.numel():
+            return
+        low, high = int(ids.min()), int(ids.max())
+    else:
+        rows = ids if len(ids) and isinstance(ids[0], list | tuple) else [ids]
+        values = [value for row in rows for value in row if ignore_index is None or value != ignore_index]
+        if not values:
+            return
+        low, high = min(values), max(values)
+    if low < 0 or high >= vocab_size:
+        bad = high if high >= vocab_size else low
+        raise ValueError(
+            f"{where + ': ' if where else ''}Token id {bad} is outside the vocabulary: ids must lie in "
+            f"[0, vocab_size={vocab_size}). Was the input made with a different tokenizer?"
+        )
+
+
 def _require_positive_int(name: str, value) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
@@ -333,4 +362,10 @@ def _require_choice(name: str, value, choices: tuple[str, ...]) -> None:
         raise ValueError(f"`{name}` must be one of {list(choices)}, got {value!r}.")
 
 
-__all__ = ["VanillaTransformerConfig", "PRESETS", "LONG_TEXT_STRATEGIES", "validate_long_text"]
+__all__ = [
+    "VanillaTransformerConfig",
+    "PRESETS",
+    "LONG_TEXT_STRATEGIES",
+    "check_token_ids",
+    "validate_long_text",
+]

@@ -23,6 +23,8 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers.utils import logging
 
+from .configuration_vanilla_transformer import check_token_ids
+
 logger = logging.get_logger(__name__)
 
 QUANTIZATIONS = (None, "int8")
@@ -96,7 +98,9 @@ def translate(
             truncation=max_source_length is not None,
             max_length=max_source_length,
             return_tensors="pt",
-        ).to(device)
+        )
+        check_token_ids(batch["input_ids"], model.config.vocab_size, "input_ids")  # on the host, before .to()
+        batch = batch.to(device)
         generated = model.generate(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
         )

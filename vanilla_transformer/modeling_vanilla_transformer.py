@@ -56,7 +56,7 @@ from transformers.utils import can_return_tuple, logging
 # fetches exactly the modules the model file imports: a model loaded with trust_remote_code and saved
 # again must still carry its pipeline files, and its save_pretrained must be able to name them.
 from .classification_pipeline import custom_pipelines_entry as classification_pipelines_entry
-from .configuration_vanilla_transformer import VanillaTransformerConfig
+from .configuration_vanilla_transformer import VanillaTransformerConfig, check_token_ids
 from .translation_pipeline import custom_pipelines_entry
 
 logger = logging.get_logger(__name__)
@@ -129,7 +129,13 @@ def sinusoidal_position_encoding(position_ids: torch.Tensor, d_model: int) -> to
 
 
 class VanillaTransformerPositionalEncoding(nn.Module):
-    """§3.5 sinusoidal encoding, or learned position embeddings (Table 3, row E)."""
+    """§3.5 sinusoidal encoding, or learned position embeddings (Table 3, row E).
+
+    A sequence longer than the learned table is refused from its shape; a position past the table that
+    only its value shows (a cached decoding step) only under the model's opt-in ``check_inputs``: reading
+    a tensor's value on the host would synchronise the device at every call."""
+
+    check_inputs = False  # set through the model's ``check_inputs``
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
@@ -143,16 +149,20 @@ class VanillaTransformerPositionalEncoding(nn.Module):
         """position_ids: (B, T) or (T,) integers -> (..., D) encodings in ``dtype``."""
         if not self.learned:
             return sinusoidal_position_encoding(position_ids, self.d_model).to(dtype)
-        if (
-            not torch.compiler.is_compiling()
-            and position_ids.numel()
-            and int(position_ids.max()) >= self.max_positions
-        ):
+        if position_ids.shape[-1] > self.max_positions:  # a shape, not a value: no host read
             raise ValueError(
-                f"Sequence needs position {int(position_ids.max())}, but learned position embeddings hold only "
+                f"Sequence of {position_ids.shape[-1]} positions, but learned position embeddings hold only "
                 f"`max_position_embeddings`={self.max_positions} positions. Truncate the input or use "
                 "`position_encoding='sinusoidal'`."
             )
+        if self.check_inputs and not torch.compiler.is_compiling() and position_ids.numel():
+            needed = int(position_ids.max())  # a host read: the opt-in debug check only
+            if needed >= self.max_positions:
+                raise ValueError(
+                    f"Sequence needs position {needed}, but learned position embeddings hold only "
+                    f"`max_position_embeddings`={self.max_positions} positions. Truncate the input or use "
+                    "`position_encoding='sinusoidal'`."
+                )
         return F.embedding(position_ids, self.weight).to(dtype)
 
 
@@ -183,21 +193,21 @@ class VanillaTransformerEmbedding(nn.Embedding):
     The scale lives inside the module, so ``model(inputs_embeds=model.get_input_embeddings()(ids))``
     equals ``model(input_ids=ids)``. The weight itself is unscaled; it is also the pre-softmax
     matrix when ``tie_word_embeddings`` is set.
+
+    Ids are checked where they enter (``check_token_ids``: the pipelines, ``translate()``, the training
+    data), not here, where a read of their values would synchronise an accelerator at every call; the
+    model's opt-in ``check_inputs`` checks them here too.
     """
+
+    check_inputs = False  # set through the model's ``check_inputs``
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None, embed_scale: float):
         super().__init__(num_embeddings, embedding_dim, padding_idx=padding_idx)
         self.embed_scale = embed_scale
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling() and input_ids.numel():
-            low, high = int(input_ids.min()), int(input_ids.max())
-            if low < 0 or high >= self.num_embeddings:
-                bad = high if high >= self.num_embeddings else low
-                raise ValueError(
-                    f"Token id {bad} is outside the vocabulary: ids must lie in [0, vocab_size={self.num_embeddings}). "
-                    "Was the input made with a different tokenizer?"
-                )
+        if self.check_inputs and not torch.compiler.is_compiling():
+            check_token_ids(input_ids, self.num_embeddings)
         return super().forward(input_ids) * self.embed_scale
 
 
@@ -715,6 +725,24 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _supports_attention_backend = True
     _can_compile_fullgraph = True  # decoding steps with a static cache compile as one graph (tested)
+
+    @property
+    def check_inputs(self) -> bool:
+        """Opt-in debug check, off by default: ``model.check_inputs = True`` has every forward refuse token
+        ids outside the vocabulary, positions past a learned table and (classifier) labels outside
+        ``num_labels``, with the errors the entry points give. Each check reads tensor values on the host:
+        on an accelerator a synchronisation per call, so the forward does none unless asked (the pipelines,
+        ``translate()`` and the training data check ids where they enter). Skipped under ``torch.compile``.
+        A run-time switch: nothing is saved."""
+        return self.__dict__.get("_check_inputs", False)
+
+    @check_inputs.setter
+    def check_inputs(self, value: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, VanillaTransformerPreTrainedModel):
+                module.__dict__["_check_inputs"] = bool(value)
+            elif isinstance(module, VanillaTransformerEmbedding | VanillaTransformerPositionalEncoding):
+                module.check_inputs = bool(value)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -1426,12 +1454,13 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerEncoderHeadM
                 return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
             return F.mse_loss(logits, labels.to(logits.dtype))
         if problem_type == "single_label_classification":
-            valid = labels[labels != -100]
-            if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= self.num_labels):
-                raise ValueError(
-                    f"Label {int(valid.max()) if int(valid.max()) >= self.num_labels else int(valid.min())} "
-                    f"is outside [0, num_labels={self.num_labels})."
-                )
+            if self.check_inputs and not torch.compiler.is_compiling():  # host reads: opt-in only
+                valid = labels[labels != -100]
+                if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= self.num_labels):
+                    raise ValueError(
+                        f"Label {int(valid.max()) if int(valid.max()) >= self.num_labels else int(valid.min())} "
+                        f"is outside [0, num_labels={self.num_labels})."
+                    )
             return F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
         return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
 

@@ -22,6 +22,8 @@ import torch
 from transformers import Pipeline
 from transformers.utils import logging
 
+from .configuration_vanilla_transformer import check_token_ids
+
 logger = logging.get_logger(__name__)
 
 TASK = "translation"
@@ -78,6 +80,7 @@ class TranslationPipeline(Pipeline):
             )
         max_length = getattr(self.model.config, "max_position_embeddings", None)
         inputs = self.tokenizer(text, truncation=truncation, max_length=max_length, return_tensors="pt")
+        check_token_ids(inputs["input_ids"], self.model.config.vocab_size, "input_ids")  # not in forward
         if not text.strip():
             inputs["empty"] = True  # empty in, empty out: nothing to translate
         elif truncation and max_length is not None and inputs["input_ids"].shape[-1] >= max_length:

@@ -10,6 +10,7 @@ import numpy as np
 from datasets import Dataset, load_dataset
 
 from ...classification_pipeline import LongText, clean_text, encode_long_texts
+from ...configuration_vanilla_transformer import check_token_ids
 from ...loading import is_hub_id
 from ..common.data import check_data_file, data_path, refuse_missing
 from .arguments import ClassificationArguments
@@ -201,14 +202,24 @@ def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[i
 
 
 def encode_texts(
-    dataset: Dataset, tokenizer, args: ClassificationArguments, reading: LongText, with_labels: bool
+    dataset: Dataset,
+    tokenizer,
+    args: ClassificationArguments,
+    reading: LongText,
+    with_labels: bool,
+    vocab_size: int | None = None,
 ):
     """Each text as the rows the classifier reads (one, or one per window), with ``owner``: the index of
-    the row's text, so a text's views can be averaged (``average_logits``)."""
+    the row's text, so a text's views can be averaged (``average_logits``). Every id must lie in
+    ``[0, vocab_size)`` (``len(tokenizer)`` unless given), checked here rather than in the model's forward
+    (``check_token_ids``); labels were checked when the split was read (``load_labelled``)."""
+    vocab_size = len(tokenizer) if vocab_size is None else vocab_size
 
     def encode(batch, indices):
         out = {"input_ids": [], "owner": []} | ({"labels": []} if with_labels else {})
         texts_views = encode_long_texts(tokenizer, batch[args.text_column], reading)
+        for views in texts_views:
+            check_token_ids(views, vocab_size, "input_ids")
         for row, (index, views) in enumerate(zip(indices, texts_views, strict=True)):
             out["input_ids"] += views
             out["owner"] += [index] * len(views)

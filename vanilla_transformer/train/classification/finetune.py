@@ -86,6 +86,7 @@ def _train_classifier(
         return metrics
 
     reading = args.reading()
+    vocab = model.config.vocab_size  # the ids are checked against the model's vocabulary where they enter
     settings = run_settings(args, training, "train")
     checkpoint = (
         resume_checkpoint(folder, Path(training.output_dir), settings, training)
@@ -101,8 +102,8 @@ def _train_classifier(
     trainer = BudgetedTrainer(
         model=model,
         args=training,
-        train_dataset=encode_texts(train, tokenizer, args, reading, with_labels=True).remove_columns("owner"),
-        eval_dataset=encode_texts(validation, tokenizer, args, reading, with_labels=True),
+        train_dataset=encode_texts(train, tokenizer, args, reading, True, vocab).remove_columns("owner"),
+        eval_dataset=encode_texts(validation, tokenizer, args, reading, True, vocab),
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
         compute_metrics=compute_metrics,

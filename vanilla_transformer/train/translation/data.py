@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from datasets import Dataset, DatasetDict, load_dataset
 
+from ...configuration_vanilla_transformer import check_token_ids
 from ..common.data import (
     check_data_file,
     check_tokenizer_folder,
@@ -166,12 +167,19 @@ def _read_text_splits(prefixes: dict[str, str], source_lang: str, target_lang: s
     return DatasetDict(splits)
 
 
-def tokenize_pairs(data: Dataset, tokenizer, max_source_length: int, max_target_length: int) -> Dataset:
-    """Source -> ``input_ids``; target -> ``labels``; both end in ``</s>`` and are truncated."""
+def tokenize_pairs(
+    data: Dataset, tokenizer, max_source_length: int, max_target_length: int, vocab_size: int | None = None
+) -> Dataset:
+    """Source -> ``input_ids``; target -> ``labels``; both end in ``</s>`` and are truncated. Every id must
+    lie in ``[0, vocab_size)`` (``len(tokenizer)`` unless given): checked here, where the data enters, so
+    that the model's forward need not read them back from the device (``check_token_ids``)."""
+    vocab_size = len(tokenizer) if vocab_size is None else vocab_size
 
     def encode(batch):
         source = tokenizer(batch["source"], truncation=True, max_length=max_source_length)
         target = tokenizer(batch["target"], truncation=True, max_length=max_target_length)
+        check_token_ids(source["input_ids"], vocab_size, "source input_ids")
+        check_token_ids(target["input_ids"], vocab_size, "target labels")
         return {"input_ids": source["input_ids"], "labels": target["input_ids"]}
 
     return data.map(encode, batched=True, remove_columns=data.column_names, desc="Tokenizing")
