@@ -28,12 +28,18 @@ LABEL_SMOOTHING = 0.1  # §5.4
 DROPOUT = 0.1
 
 
-def training_flops(preset: dict) -> float:
-    """Matmul FLOPs of one training step (forward x 3) at the fixed workload: projections, attention
-    scores and sums (full T x T for the causal decoder), feed-forward and the output projection."""
+def training_flops(
+    preset: dict,
+    batch: int = TRAIN_BATCH,
+    source_length: int = SOURCE_LENGTH,
+    target_length: int = TARGET_LENGTH,
+) -> float:
+    """Matmul FLOPs of one training step (forward x 3) at the fixed workload (or at ``batch`` sentences of
+    ``source_length`` + ``target_length`` tokens): projections, attention scores and sums (full T x T for
+    the causal decoder), feed-forward and the output projection."""
     d, f, vocab = preset["d_model"], preset["d_ff"], preset["vocab_size"]
     n_enc, n_dec = preset["num_encoder_layers"], preset["num_decoder_layers"]
-    b, s, t = TRAIN_BATCH, SOURCE_LENGTH, TARGET_LENGTH
+    b, s, t = batch, source_length, target_length
     encoder = b * s * n_enc * (8 * d * d + 4 * d * f + 4 * s * d)
     decoder = b * t * n_dec * (12 * d * d + 4 * d * f + 4 * t * d + 4 * s * d) + b * s * n_dec * 4 * d * d
     projection = b * t * 2 * d * vocab

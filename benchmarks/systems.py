@@ -89,7 +89,9 @@ def fixed_length_generate(model, source, num_beams: int, new_tokens: int, **extr
 
 
 class Ours(TrainingStep):
-    def __init__(self, preset: dict, compiled: bool = False, precision: str = "fp32"):
+    def __init__(self, preset: dict, compiled: bool = False, precision: str = "fp32", device: str = "cpu"):
+        """``device``: where the trainers' per-device choices are made for (CPU-only kernels are not
+        installed on a GPU); the caller moves the model there."""
         from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
         from vanilla_transformer.fast_dropout import use_fast_dropout
         from vanilla_transformer.fused_output_loss import use_fused_output_loss
@@ -108,10 +110,10 @@ class Ours(TrainingStep):
         # Our trainers' dropout mask on a CPU whose torch dropout is serial (fast_dropout.py); off when
         # VT_BENCH_TORCH_DROPOUT=1, to measure what it buys.
         if not os.environ.get("VT_BENCH_TORCH_DROPOUT"):
-            use_fast_dropout(self.model, torch.device("cpu"))
+            use_fast_dropout(self.model, torch.device(device))
         # and their fused projection + loss (fused_output_loss.py); off when VT_BENCH_UNFUSED_LOSS=1
         if not os.environ.get("VT_BENCH_UNFUSED_LOSS"):
-            use_fused_output_loss(self.model, torch.device("cpu"))
+            use_fused_output_loss(self.model, torch.device(device))
         self.forward = torch.compile(self.model) if compiled else self.model
         self.compiled = compiled
         self.forward_compiled = False
@@ -119,7 +121,7 @@ class Ours(TrainingStep):
         if precision == "bf16":  # what the training loop does for mixed_precision: bf16 on a CPU
             from vanilla_transformer.precision import use_fast_bf16_kernels
 
-            use_fast_bf16_kernels(self.model, {"used": "bf16"}, torch.device("cpu"))
+            use_fast_bf16_kernels(self.model, {"used": "bf16"}, torch.device(device))
             self.bf16 = True
         self.prepared = False
 

@@ -71,6 +71,8 @@ NOT_RUN = {
     ),
     r"^python training/plot_pretraining\.py": "plots the logs of two pre-training runs of 2 hours",
     r"^accelerate launch --multi_gpu": "eight GPUs",
+    r"^python -m benchmarks\.gpu_check --out": "needs a GPU; its dry run is tests/test_gpu_check.py",
+    r"^python -m benchmarks\.gpu_check --dry-run": "runs in tests/test_gpu_check.py (the whole check, at tiny sizes)",
 }
 
 
