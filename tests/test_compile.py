@@ -4,7 +4,6 @@ cache and a compiled forward gives eager's tokens (the speed-up is measured by `
 
 import copy
 
-import pytest
 import torch
 from conftest import random_ids, tiny_config
 
@@ -19,10 +18,7 @@ def varied_seq2seq() -> VanillaTransformerForConditionalGeneration:
     return model
 
 
-# Once: the model's forward under torch.compile, transformers' mask builders included, is compiled at both
-# ends of the ranges by test_static_cache_compiled_generate_gives_eager_tokens (fullgraph); what this test
-# adds, the compiled backward and Adam, is torch's, the same release in both of CI's stages.
-@pytest.mark.newest_only
+# At both ends: the compiled backward and Adam are torch's, and CI's two stages run two torch releases.
 def test_compiled_training_step_matches_eager_losses():
     eager = VanillaTransformerForConditionalGeneration(tiny_config()).train()  # dropout 0: deterministic
     compiled_model = copy.deepcopy(eager)

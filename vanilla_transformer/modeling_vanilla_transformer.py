@@ -722,8 +722,7 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
     _supports_sdpa = True
     _supports_flash_attn = True
-    _supports_flex_attn = True
-    _supports_attention_backend = True
+    _supports_flex_attn = True  # every declared implementation is tested against eager
     _can_compile_fullgraph = True  # decoding steps with a static cache compile as one graph (tested)
 
     @property
