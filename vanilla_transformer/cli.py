@@ -2,7 +2,7 @@
 
 vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set model.field=value ...]
 vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE] [--force] [--device D]
-vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16] [--device D]
+vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16|fp16] [--device D]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] [--last N] --output DIR [--force]
 vanilla-transformer ablate [--recipe STUDY.yaml] [--rows A,C] [--minutes-per-row N] [--output DIR] [--print-commands | --collect]
 vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR] [--force] [--device D]
@@ -140,7 +140,7 @@ def _pytorch_translator(options):
             AutoModelForSeq2SeqLM,
             device=options.device or ("cpu" if options.quantize else "auto"),
         ),
-        dtype=torch.bfloat16 if options.dtype == "bf16" else None,
+        dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.dtype),
         quantize=options.quantize,
     )
     tokenizer = AutoTokenizer.from_pretrained(options.model)
@@ -449,7 +449,10 @@ def add_translate_command(commands) -> None:
         help="pytorch engine, CPU: int8 dynamic quantisation of the linear layers.",
     )
     translate.add_argument(
-        "--dtype", choices=["fp32", "bf16"], default="fp32", help="pytorch engine: weight type."
+        "--dtype",
+        choices=["fp32", "bf16", "fp16"],
+        default="fp32",
+        help="pytorch engine: weight type (fp16: GPUs without bf16, e.g. T4 / V100).",
     )
     _add_device_option(translate)
     translate.set_defaults(func=cmd_translate)
