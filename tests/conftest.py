@@ -59,6 +59,24 @@ def with_short_translations(model):
     return model
 
 
+# The package's command on two CPU processes under Accelerate (gloo), as a user launches it.
+TWO_PROCESS_LAUNCH = (
+    "-m",
+    "accelerate.commands.launch",
+    "--multi_gpu",
+    "--num_processes",
+    "2",
+    "--num_machines",
+    "1",
+    "--mixed_precision",
+    "no",
+    "--dynamo_backend",
+    "no",
+    "-m",
+    "vanilla_transformer.cli",
+)
+
+
 def random_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
     """Token ids that avoid the special tokens (so no accidental padding or EOS)."""
     generator = torch.Generator().manual_seed(seed)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_MODEL, TINY_RUN
+from conftest import TINY_MODEL, TINY_RUN, TWO_PROCESS_LAUNCH
 from test_classification import settings as classification_settings
 from test_training import logged_losses, run
 
@@ -167,17 +167,7 @@ def test_two_processes_stop_together_and_a_resume_on_one_is_refused(tmp_path):
     """``accelerate launch`` forwards SIGTERM to both workers; they agree on the update to stop after and
     write one checkpoint. What an update is depends on the processes: resuming on one is refused."""
     folder = tmp_path / "two"
-    launch = (
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-    )
-    launch += ("--mixed_precision", "no", "--dynamo_backend", "no", "-m", "vanilla_transformer.cli")
-    process = start(train_command(folder), folder, prefix=launch)
+    process = start(train_command(folder), folder, prefix=TWO_PROCESS_LAUNCH)
     wait_until(lambda: log_rows(folder) >= 3, process, timeout=300)
     process.send_signal(signal.SIGTERM)
     code, stderr = finish(process)

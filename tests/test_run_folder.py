@@ -235,3 +235,15 @@ def test_a_really_full_disk_while_saving_is_one_line_and_loses_nothing(tmp_path)
     # The record says the run did not finish: "interrupted" where the disk had room left to say so, else
     # still "running" (it is written aside and renamed, so never half-written), which resume reads alike.
     assert status(copy) in ("interrupted", "running")
+
+
+def test_an_unreadable_run_record_is_named_with_what_to_do_and_the_checkpoints_still_resume(tmp_path):
+    """Not among the issue's cases: run.json cut short (an edit, a copy). The folder is refused naming the
+    file; without the record, the run resumes from its checkpoints, whose own settings are compared."""
+    _, folder = run(tmp_path, "run", max_steps=2, save_steps=1, eval_steps=1000, session_minutes=0)
+    (folder / "run.json").write_text("{broken")
+    with pytest.raises(ValueError, match=r"run\.json is unreadable .*Delete it to continue the run"):
+        run(tmp_path, "run", max_steps=3, save_steps=1, eval_steps=1000, resume=True)
+    (folder / "run.json").unlink()
+    results, _ = run(tmp_path, "run", max_steps=3, save_steps=1, eval_steps=1000, resume=True)
+    assert results["updates"] == 3

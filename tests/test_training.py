@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY_MODEL, TINY_RUN
+from conftest import TINY_MODEL, TINY_RUN, TWO_PROCESS_LAUNCH
 from huggingface_hub import ModelCard
 from safetensors import safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
@@ -478,24 +478,7 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path, pr
     assert "2 batch(es) x 1 process(es)" in capsys.readouterr().out
     # TMPDIR: torch.distributed's log folders (torchelastic_*) go under the test's folder, not /tmp.
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(tmp_path)}
-    launch = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "-m",
-        "vanilla_transformer.cli",
-        "train",
-        *overrides,
-    ]
+    launch = [sys.executable, *TWO_PROCESS_LAUNCH, "train", *overrides]
     two = subprocess.run(
         [*launch, f"--set=output_dir={tmp_path / 'two'}", "--set=gradient_accumulation_steps=1"],
         capture_output=True,

@@ -170,7 +170,10 @@ class RunFolder:
         except FileNotFoundError:
             return {}
         except (ValueError, UnicodeDecodeError) as error:
-            raise RunFolderError(f"{self.path / RECORD_FILE} is unreadable ({error}).") from error
+            raise RunFolderError(
+                f"{self.path / RECORD_FILE} is unreadable ({error}). Delete it to continue the run from the "
+                "folder's checkpoints (their own settings are still compared), or restore it."
+            ) from error
         return records if isinstance(records, dict) else {}
 
     def previous(self) -> dict | None:
