@@ -32,6 +32,7 @@ import os
 import shutil
 import socket
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -124,8 +125,14 @@ class RunFolder:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
+            holder = ""
+            for _ in range(100):  # the holder writes its line just after taking the lock: wait up to 1 s
+                handle.seek(0)
+                holder = handle.read().strip()
+                if holder:
+                    break
+                time.sleep(0.01)
+            holder = holder or "another process"
             handle.close()
             raise RunFolderError(
                 f"{self.path} is in use by another run ({holder}); wait for it to end, stop it, or choose another "
