@@ -83,6 +83,20 @@ def random_ids(batch: int, length: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(3, VOCAB, (batch, length), generator=generator)
 
 
+# The device tests/test_on_device.py runs on: `VT_TEST_DEVICE=cuda` (the GPU check, benchmarks/gpu_check.py,
+# sets it), else the CPU. The rest of the suite runs where each command would put it by default.
+TEST_DEVICE_VARIABLE = "VT_TEST_DEVICE"
+
+
+@pytest.fixture(scope="session")
+def test_device() -> torch.device:
+    """``$VT_TEST_DEVICE`` (cpu, cuda, cuda:1, mps, xpu) as a device; a device that is not there is an error
+    naming what is (``devices.pick_device``), never a silent fall-back to the CPU."""
+    from vanilla_transformer.devices import pick_device
+
+    return pick_device(os.environ.get(TEST_DEVICE_VARIABLE, "cpu"))
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)

@@ -137,3 +137,109 @@ def test_an_fp16_update_whose_gradients_overflow_is_skipped_by_the_scaler(tmp_pa
     assert all(torch.isfinite(tensor).all() for tensor in saved[5].values())
     # the scale each update started with: halved after the overflow of update 3, unchanged before it
     assert scales[3] == scales[2] / 2 and scales[0] == scales[1] == scales[2]
+
+
+# ------------------------------------------------------------------------------------------------
+# Serving in a chosen type: the same choices on every command that runs a model, and in the pipelines
+# ------------------------------------------------------------------------------------------------
+
+
+def test_inference_dtype_is_the_type_mixed_precision_would_compute_in(cuda_of_capability, monkeypatch):
+    cuda_of_capability((7, 5))
+    assert precision.inference_dtype("auto", "cuda") == torch.float16
+    cuda_of_capability((8, 0))
+    assert precision.inference_dtype("auto", "cuda") == torch.bfloat16
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {})
+    assert precision.inference_dtype("auto", "cpu") == torch.float32
+    assert precision.inference_dtype("bf16", "cpu") == torch.bfloat16  # forced: no training-speed warning
+    assert precision.inference_dtype("no", "cpu") == precision.inference_dtype("fp32", "cpu") == torch.float32
+    with pytest.raises(
+        ValueError, match=r"--dtype must be one of auto \| no \| fp32 \| bf16 \| fp16, got 'int4'"
+    ):
+        precision.inference_dtype("int4", "cpu")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["translate", "--model", "m"],
+        ["evaluate", "--model", "m"],
+        ["attention", "--model", "m", "--text", "t"],
+        ["classify", "evaluate", "--model", "m"],
+        ["demo", "--model", "m"],
+    ],
+)
+def test_every_command_that_runs_a_model_takes_the_same_dtype_choices(command, capsys):
+    from vanilla_transformer.cli import build_parser
+
+    for choice in precision.DTYPE_CHOICES:
+        assert build_parser().parse_args([*command, "--dtype", choice, "--device", "cpu"]).dtype == choice
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*command, "--dtype", "fp8"])
+    assert "--dtype" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_translate_serves_in_half_precision_with_the_float32_translations(translation_model, tmp_path, dtype):
+    from vanilla_transformer.cli import main
+
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(["ein hund läuft", "zwei katzen", "ein mann schläft", "das haus"]) + "\n")
+    outputs = {}
+    for choice in ("fp32", dtype):
+        outputs[choice] = tmp_path / f"{choice}.txt"
+        main(
+            ["translate", "--model", str(translation_model), "--input", str(source)]
+            + ["--output", str(outputs[choice]), "--dtype", choice, "--device", "cpu"]
+        )
+    full, half = (outputs[choice].read_text().splitlines() for choice in ("fp32", dtype))
+    assert len(half) == 4 and all(half)
+    # Rounding may flip a near-tie between two beams; most sentences must come out the same.
+    assert sum(a == b for a, b in zip(full, half, strict=True)) >= 3, (full, half)
+
+
+def test_the_pipelines_serve_in_the_type_given_with_float32_results(translation_model, classifier_folder):
+    from transformers import pipeline
+
+    translate = pipeline(
+        "translation",
+        model=str(translation_model),
+        trust_remote_code=True,
+        dtype=precision.inference_dtype("bf16", "cpu"),
+        device="cpu",
+    )
+    assert translate.model.dtype == torch.bfloat16
+    translations = [row["translation_text"] for row in translate(["ein hund läuft", "zwei katzen"])]
+    assert len(translations) == 2 and all(translations)  # the tiny model's words may differ from fp32's
+    texts = ["a wonderful film", "a boring film that never ends"]
+    classify = {
+        dtype: pipeline(
+            "text-classification", model=str(classifier_folder), trust_remote_code=True, dtype=dtype
+        )
+        for dtype in (torch.float32, torch.float16)
+    }
+    assert classify[torch.float16].model.dtype == torch.float16
+    for text in texts:
+        scores = {
+            dtype: {row["label"]: row["score"] for row in classifier(text, top_k=None)}
+            for dtype, classifier in classify.items()
+        }
+        assert set(scores[torch.float16]) == set(scores[torch.float32])
+        for label, score in scores[torch.float32].items():
+            assert scores[torch.float16][label] == pytest.approx(score, abs=5e-3)
+
+
+def test_attention_maps_and_the_demo_run_in_the_type_given(translation_model, tmp_path):
+    from vanilla_transformer.cli import main
+    from vanilla_transformer.demo import load_for_demo, translate
+
+    main(
+        ["attention", "--model", str(translation_model), "--text", "ein hund läuft"]
+        + ["--output", str(tmp_path / "maps"), "--dtype", "bf16"]
+    )
+    assert (
+        sorted(path.suffix for path in (tmp_path / "maps").iterdir() if path.suffix == ".png") == [".png"] * 3
+    )
+    loaded = load_for_demo(translation_model, device="cpu", dtype="fp16")
+    assert {parameter.dtype for parameter in loaded.model.parameters()} == {torch.float16}
+    assert translate(loaded, "ein hund läuft", num_beams=2, length_penalty=0.6, max_new_tokens=0)

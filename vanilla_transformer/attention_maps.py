@@ -44,7 +44,7 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None) 
         raise ValueError("The sentence to draw attention for is empty.")
     model.set_attn_implementation("eager")  # SDPA does not return the probabilities
     model.eval()
-    encoded = tokenizer(source, return_tensors="pt")
+    encoded = tokenizer(source, return_tensors="pt").to(model.device)
     inputs = {"input_ids": encoded["input_ids"]}
     tokens = {"source": token_labels(tokenizer, encoded["input_ids"][0])}
     with torch.no_grad():
@@ -53,7 +53,7 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None) 
                 generated = model.generate(**encoded)[0]
                 decoder_ids = generated[generated != model.config.pad_token_id].unsqueeze(0)
             else:
-                labels = tokenizer(text_target=target, return_tensors="pt")["input_ids"]
+                labels = tokenizer(text_target=target, return_tensors="pt")["input_ids"].to(model.device)
                 decoder_ids = model.prepare_decoder_input_ids_from_labels(labels)
             inputs["decoder_input_ids"] = decoder_ids
             tokens["target"] = token_labels(tokenizer, decoder_ids[0])
@@ -65,7 +65,8 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None) 
             "decoder_attentions" if model.config.is_decoder else "encoder_attentions": outputs.attentions
         }
     weights = {
-        kind: torch.stack([layer[0] for layer in outputs[kind]])  # (layers, heads, queries, keys)
+        # (layers, heads, queries, keys), float32 on the CPU for drawing whatever the model's device and type
+        kind: torch.stack([layer[0] for layer in outputs[kind]]).float().cpu()
         for kind in KINDS
         if outputs.get(kind) is not None
     }

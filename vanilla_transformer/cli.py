@@ -1,13 +1,13 @@
 """The ``vanilla-transformer`` command: thin wrappers that parse arguments and call the library.
 
 vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set model.field=value ...]
-vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE] [--force] [--device D]
-vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--dtype fp32|bf16|fp16] [--device D]
+vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE] [--force] [--device D] [--dtype T]
+vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--device D] [--dtype T]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] [--last N] --output DIR [--force]
 vanilla-transformer ablate [--recipe STUDY.yaml] [--rows A,C] [--minutes-per-row N] [--output DIR] [--print-commands | --collect]
-vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR] [--force] [--device D]
-vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code]
-vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...] [--model DIR] [--file FILE] [--split test|validation] [--device D]
+vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR] [--force] [--device D] [--dtype T]
+vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code] [--device D] [--dtype T]
+vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...] [--model DIR] [--file FILE] [--split test|validation] [--device D] [--dtype T]
 vanilla-transformer export-onnx --model DIR --output DIR [--force]
 vanilla-transformer export-ct2 --model DIR --output DIR [--quantization TYPE] [--force]
 vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr] [--message TEXT] [--token TOKEN] [--with-demo]
@@ -72,6 +72,7 @@ def cmd_evaluate(options) -> None:
             options.beams,
             options.length_penalty,
             options.device,
+            options.dtype,
         )
         for source, hypothesis, reference in samples:
             print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
@@ -127,20 +128,17 @@ def _pytorch_translator(options):
     """``lines -> translations`` with the saved model (loaded once) and the command's decoding options."""
     import functools
 
-    import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    from .devices import pick_device
     from .inference import prepare_for_inference, translate
     from .loading import load_saved_model
 
+    # int8 dynamic quantisation runs on the CPU: there by default then
+    device = pick_device(options.device or ("cpu" if options.quantize else "auto"))
     model = prepare_for_inference(
-        # int8 dynamic quantisation runs on the CPU: there by default then
-        load_saved_model(
-            options.model,
-            AutoModelForSeq2SeqLM,
-            device=options.device or ("cpu" if options.quantize else "auto"),
-        ),
-        dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.dtype),
+        load_saved_model(options.model, AutoModelForSeq2SeqLM, device=device),
+        dtype=_dtype(options, device),
         quantize=options.quantize,
     )
     tokenizer = AutoTokenizer.from_pretrained(options.model)
@@ -216,6 +214,7 @@ def cmd_attention(options) -> None:
 
     with folder_output(options.output, "attention", [options.model], options.force) as staging:
         model, tokenizer = load_model(options.model, options.device or "auto")
+        model.to(_dtype(options, model.device))
         names = [
             path.name for path in plot_attention(model, tokenizer, options.text, staging, options.target)
         ]
@@ -233,6 +232,8 @@ def cmd_demo(options) -> None:
         port=options.port,
         fail_on_bad_model=True,
         trust_remote_code=options.trust_remote_code,
+        device=options.device,
+        dtype=options.dtype,
     )
 
 
@@ -256,7 +257,7 @@ def cmd_classify(options) -> None:
         # Its report (eval_results*.json, confusion_matrix*.png) goes next to the model: writable before any work.
         check_writable(Path(options.model) / "eval_results.json")
         metrics = evaluate_classifier(
-            options.model, args, options.file, options.split, training.seed, options.device
+            options.model, args, options.file, options.split, training.seed, options.device, options.dtype
         )
         print(json.dumps(metrics, indent=2))
 
@@ -371,11 +372,29 @@ FORCE_FILE = (
 
 
 def _add_device_option(parser) -> None:
+    """``--device`` and ``--dtype``: where a command runs the model and in which type (the same choices as
+    a recipe's ``mixed_precision``)."""
+    from .precision import DTYPE_CHOICES
+
     parser.add_argument(
         "--device",
         help="Where the model runs: cpu, cuda, cuda:1, mps, xpu (default: the accelerator torch finds, else the "
         "CPU; devices.pick_device).",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default="fp32",
+        help="The weights' type: auto (bf16 where the device multiplies it natively, fp16 on GPUs without "
+        "bf16 such as T4 / V100 and on Apple GPUs, else fp32), bf16, fp16, or fp32 (= no, the default).",
+    )
+
+
+def _dtype(options, device):
+    """The torch dtype ``--dtype`` means on ``device`` (``precision.inference_dtype``)."""
+    from .precision import inference_dtype
+
+    return inference_dtype(options.dtype, device)
 
 
 # -- the parser: one function per command -------------------------------------------------------------
@@ -448,12 +467,6 @@ def add_translate_command(commands) -> None:
         choices=["int8"],
         help="pytorch engine, CPU: int8 dynamic quantisation of the linear layers.",
     )
-    translate.add_argument(
-        "--dtype",
-        choices=["fp32", "bf16", "fp16"],
-        default="fp32",
-        help="pytorch engine: weight type (fp16: GPUs without bf16, e.g. T4 / V100).",
-    )
     _add_device_option(translate)
     translate.set_defaults(func=cmd_translate)
 
@@ -519,6 +532,7 @@ def add_demo_command(commands) -> None:
         help="Run the folder's own .py files (as transformers' trust_remote_code=True) instead of serving it "
         "with this package's classes and pipelines. Only for folders whose code you trust.",
     )
+    _add_device_option(demo)
     demo.set_defaults(func=cmd_demo)
 
 

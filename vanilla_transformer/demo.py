@@ -8,7 +8,7 @@ For a causal language model: a continuation. Bad input (empty or over-long text,
 model of ours: another architecture, missing or damaged weights, a tokenizer larger than the vocabulary)
 gets a message on the page; the server keeps serving.
 
-    vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code]
+    vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code] [--device D] [--dtype T]
     python -m vanilla_transformer.demo --model DIR_OR_HUB_ID
 
 With the package installed, the page serves a folder or Hub id with the package's own classes and
@@ -77,14 +77,35 @@ class Loaded:
     classifier: object | None = None
 
 
-def load_for_demo(model_path: str | Path, *, trust_remote_code: bool = False) -> Loaded:
+def placement(device: str | None = None, dtype: str = "fp32") -> tuple[torch.device, torch.dtype]:
+    """Where the page runs the model and in which type (``--device``, ``--dtype``): with the package installed,
+    as every command decides (``devices.pick_device``, ``precision.inference_dtype``); in a Space's app.py,
+    the accelerator torch finds (else the CPU) and the type named (``auto`` there: float32)."""
+    if importlib.util.find_spec("vanilla_transformer") is not None:
+        from vanilla_transformer.devices import pick_device
+        from vanilla_transformer.precision import inference_dtype
+
+        chosen = pick_device(device)
+        return chosen, inference_dtype(dtype, chosen)
+    if device in (None, "auto"):
+        found = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+        chosen = found or torch.device("cpu")
+    else:
+        chosen = torch.device(device)
+    return chosen, {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype, torch.float32)
+
+
+def load_for_demo(
+    model_path: str | Path, *, trust_remote_code: bool = False, device: str | None = None, dtype: str = "fp32"
+) -> Loaded:
     """Load a saved folder or Hub id; a ``ValueError`` (``FileNotFoundError`` for a missing file) that says
     what is wrong when it is not a translation model, classifier or causal LM of this package (or cannot be
     read). With the package installed, a local folder first gets the checks every command runs
     (``loading.check_model_folder``: another architecture, missing or damaged weights, a tokenizer that is
     not the model's), and the package's own classes and pipeline serve it: the folder's ``.py`` files run
     only with ``trust_remote_code`` (the user's choice). Without the package (a Space's ``app.py``), the
-    folder's own code is the only code there is."""
+    folder's own code is the only code there is. ``device`` / ``dtype``: where and in which type the model
+    runs (:func:`placement`)."""
     from transformers import AutoTokenizer, PretrainedConfig
 
     model_path = str(model_path)
@@ -127,7 +148,7 @@ def load_for_demo(model_path: str | Path, *, trust_remote_code: bool = False) ->
         import transformers
 
         model = getattr(transformers, auto_class).from_pretrained(model_path, trust_remote_code=True)
-    model.eval()
+    model.to(*placement(device, dtype)).eval()
     # The longest text the model was trained for: the tokenizer records it (the CLI's translate cuts to it),
     # the config bounds positions (the translation pipeline cuts to it); the page names the smaller.
     limit, limit_name = model.config.max_position_embeddings, "max_position_embeddings"
@@ -138,7 +159,10 @@ def load_for_demo(model_path: str | Path, *, trust_remote_code: bool = False) ->
         from transformers import pipeline
 
         # The pipeline the folder names (config.custom_pipelines): its own classification_pipeline.py.
-        classifier = pipeline("text-classification", model=model_path, trust_remote_code=True)
+        chosen, chosen_dtype = placement(device, dtype)
+        classifier = pipeline(
+            "text-classification", model=model_path, trust_remote_code=True, device=chosen, dtype=chosen_dtype
+        )
     elif task == "classification":  # the same pipeline, the package's own copy
         from vanilla_transformer.classification_pipeline import LongTextClassificationPipeline
 
@@ -169,7 +193,7 @@ def translate(loaded: Loaded, text: str, num_beams: int, length_penalty: float, 
     """Beam search (§6.1) with the page's settings; ``max_new_tokens`` 0 keeps the model's own bound
     (source length + 50)."""
     check_text(loaded, text)
-    encoded = loaded.tokenizer(text, return_tensors="pt")
+    encoded = loaded.tokenizer(text, return_tensors="pt").to(loaded.model.device)
     settings = {"num_beams": int(num_beams)}
     if int(num_beams) > 1:
         settings["length_penalty"] = float(length_penalty)
@@ -203,7 +227,7 @@ def classify(loaded: Loaded, text: str) -> tuple[dict[str, float], str]:
 def continue_text(loaded: Loaded, text: str, num_beams: int, max_new_tokens: int) -> str:
     """The causal LM's continuation of the prompt (no end-of-sequence token appended to it)."""
     check_text(loaded, text)
-    encoded = loaded.tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    encoded = loaded.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(loaded.model.device)
     with torch.no_grad():
         output = loaded.model.generate(
             **encoded, num_beams=int(num_beams), max_new_tokens=max(1, int(max_new_tokens))
@@ -291,15 +315,23 @@ def _describe(model_path: str, loaded: Loaded) -> str:
     return "\n".join(lines)
 
 
-def build_demo(model_path: str | Path, *, fail_on_bad_model: bool = False, trust_remote_code: bool = False):
+def build_demo(
+    model_path: str | Path,
+    *,
+    fail_on_bad_model: bool = False,
+    trust_remote_code: bool = False,
+    device: str | None = None,
+    dtype: str = "fp32",
+):
     """The Gradio Blocks page for ``model_path`` (a saved folder or Hub id). A path that holds no model
     of ours gives a page that says so, instead of an exception; with ``fail_on_bad_model`` (the ``demo``
     command) the exception is raised, before any server starts. ``trust_remote_code``: serve the folder
-    with its own ``.py`` files (:func:`load_for_demo`)."""
+    with its own ``.py`` files (:func:`load_for_demo`); ``device`` / ``dtype``: where and in which type the
+    model runs (:func:`placement`)."""
     gr = _gradio()
     model_path = str(model_path)
     try:
-        loaded = load_for_demo(model_path, trust_remote_code=trust_remote_code)
+        loaded = load_for_demo(model_path, trust_remote_code=trust_remote_code, device=device, dtype=dtype)
     except (ValueError, OSError, ImportError, RuntimeError) as error:  # e.g. weights of another shape
         if fail_on_bad_model:
             raise
@@ -459,13 +491,22 @@ def launch(
     *,
     fail_on_bad_model: bool = False,
     trust_remote_code: bool = False,
+    device: str | None = None,
+    dtype: str = "fp32",
     **kwargs,
 ):
     """Serve the page (blocking unless ``prevent_thread_lock=True``); host and port default to Gradio's
     (127.0.0.1:7860, or ``GRADIO_SERVER_NAME`` / ``GRADIO_SERVER_PORT`` as a Space sets them).
     ``fail_on_bad_model``: raise, instead of serving a page that says what is wrong with the model.
-    ``trust_remote_code``: run the folder's own ``.py`` files (by default the package's classes serve it)."""
-    demo = build_demo(model_path, fail_on_bad_model=fail_on_bad_model, trust_remote_code=trust_remote_code)
+    ``trust_remote_code``: run the folder's own ``.py`` files (by default the package's classes serve it).
+    ``device`` / ``dtype``: where and in which type the model runs (:func:`placement`)."""
+    demo = build_demo(
+        model_path,
+        fail_on_bad_model=fail_on_bad_model,
+        trust_remote_code=trust_remote_code,
+        device=device,
+        dtype=dtype,
+    )
     demo.launch(server_name=host, server_port=port, theme=theme(), **kwargs)
     return demo
 
@@ -500,10 +541,23 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="With the package installed: run the folder's own .py files instead of the package's classes.",
     )
+    parser.add_argument(
+        "--device", help="cpu, cuda, mps, xpu ... (default: the accelerator torch finds, else the CPU)."
+    )
+    parser.add_argument(
+        "--dtype", choices=("auto", "no", "fp32", "bf16", "fp16"), default="fp32", help="The weights' type."
+    )
     options = parser.parse_args(argv)
     if not options.model:
         parser.error(f"no model: pass --model DIR_OR_HUB_ID or set ${MODEL_ENV}")
-    launch(options.model, host=options.host, port=options.port, trust_remote_code=options.trust_remote_code)
+    launch(
+        options.model,
+        host=options.host,
+        port=options.port,
+        trust_remote_code=options.trust_remote_code,
+        device=options.device,
+        dtype=options.dtype,
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ import warnings
 import torch
 
 MIXED_PRECISION_CHOICES = ("auto", "no", "bf16", "fp16")
+# What the inference commands' ``--dtype`` and ``inference_dtype`` accept: the same choices (``fp32`` is
+# another name for ``no``).
+DTYPE_CHOICES = ("auto", "no", "fp32", "bf16", "fp16")
 
 
 def native_bf16(device: torch.device | str | None = None) -> bool:
@@ -96,6 +99,23 @@ def precision_reason(setting: str, used: str, device: torch.device | str | None 
     return "no native bf16 or fp16 here: fp32 is the fast path"
 
 
+def inference_dtype(choice: str, device: torch.device | str | None = None) -> torch.dtype:
+    """The type a model serves in on ``device`` for ``choice`` (``--dtype`` of ``translate``, ``evaluate``,
+    ``classify evaluate``, ``attention`` and ``demo``; pass it as ``dtype=`` to ``from_pretrained`` or to
+    ``pipeline(...)``): what ``mixed_precision: choice`` computes in during training, here as the weights'
+    type. ``auto``: bf16 where the device multiplies it natively, fp16 on CUDA GPUs below compute capability
+    8.0 and on Apple GPUs, float32 elsewhere; ``no`` / ``fp32``: float32. Weights in bf16 or fp16 halve
+    memory; scores move slightly against float32 (docs/serving.md)."""
+    if choice not in DTYPE_CHOICES:
+        raise ValueError(f"--dtype must be one of {' | '.join(DTYPE_CHOICES)}, got {choice!r}.")
+    if choice == "fp32":
+        return torch.float32
+    with warnings.catch_warnings():  # serving in a forced type is the user's choice: no training advice
+        warnings.simplefilter("ignore")
+        used = resolve_mixed_precision(choice, device)
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(used, torch.float32)
+
+
 def _default_device() -> torch.device:
     from .devices import pick_device
 
@@ -113,6 +133,8 @@ def use_fast_bf16_kernels(model, precision: dict, device: torch.device) -> None:
 
 __all__ = [
     "MIXED_PRECISION_CHOICES",
+    "DTYPE_CHOICES",
+    "inference_dtype",
     "native_bf16",
     "bf16_hardware",
     "resolve_mixed_precision",

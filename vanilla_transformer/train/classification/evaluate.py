@@ -17,6 +17,7 @@ from ...classification_pipeline import LongText, average_logits, encode_long_tex
 from ...devices import pick_device
 from ...loading import load_saved_model
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
+from ...precision import inference_dtype
 from ..common.data import data_path, refuse_missing
 from ..common.plots import plot_confusion_matrix
 from .arguments import ClassificationArguments
@@ -45,6 +46,7 @@ def evaluate_classifier(
     split: str = "test",
     seed: int = 0,
     device=None,
+    dtype: str = "fp32",
 ) -> dict:
     """Accuracy, F1 and a confusion-matrix PNG (next to the model) on a labelled file: ``file``, else the
     recipe's ``test_file``; with ``split="validation"`` the texts ``training_and_validation`` holds out
@@ -64,6 +66,7 @@ def evaluate_classifier(
         refuse_missing({"--file" if file else "test_file": data_path(file or args.test_file, args.data_dir)})
     # The folder before the data (refused with the file or field named when it holds no model of ours).
     model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()
+    model.to(inference_dtype(dtype, pick_device(device)))  # the weights' type (``--dtype``)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if split == "validation":
         file = (
@@ -136,7 +139,8 @@ def predict_texts(
         data_collator=DataCollatorWithPadding(tokenizer),
     )
     predictions = trainer.predict(encoded.select(order)).predictions  # (rows, labels), in `order`
-    return average_logits(torch.as_tensor(predictions), [owners[i] for i in order], len(texts))
+    # float32 scores whatever the weights' type (numpy has no bf16)
+    return average_logits(torch.as_tensor(predictions).float(), [owners[i] for i in order], len(texts))
 
 
 __all__ = ["classification_metrics", "evaluate_classifier", "check_labels_fit", "predict_texts"]

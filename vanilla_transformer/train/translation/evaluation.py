@@ -101,15 +101,22 @@ def evaluate_folder(
     num_beams: int | None = None,
     length_penalty: float | None = None,
     device=None,
+    dtype: str = "fp32",
 ):
     """A saved model folder on a split: :func:`evaluate_split` with the folder's generation config, or
     with ``num_beams`` / ``length_penalty`` in its place (the folder is not changed). Returns both BLEUs
-    and the decoding used, and three samples; ``device``: where it runs (``devices.pick_device``). A folder that holds no readable model of this package
+    and the decoding used, and three samples; ``device``: where it runs (``devices.pick_device``), ``dtype``: in
+    which type (``precision.inference_dtype``). A folder that holds no readable model of this package
     (another architecture, missing or damaged weights, a tokenizer larger than ``vocab_size``) is refused
     with the file or field named (``loading.check_model_folder``)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+    from ...devices import pick_device
+    from ...precision import inference_dtype
+
+    device = pick_device(device)
     model = load_saved_model(str(model_dir), AutoModelForSeq2SeqLM, device=device).eval()
+    model.to(inference_dtype(dtype, device))
     decoding = model.generation_config
     if num_beams is not None or length_penalty is not None:
         set_decoding(
