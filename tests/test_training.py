@@ -576,6 +576,14 @@ def _write_layout(folder: Path, layout: str) -> dict:
         elif layout == "json":  # Multi30k's JSON Lines: {"translation": {lang: text}}
             _write_jsonl(folder / f"{split}.jsonl.gz", [{"translation": p} for p in pairs])
             settings[f"{split}_file"] = str(folder / f"{split}.jsonl.gz")
+        elif layout == "csv":  # a user's spreadsheet export: one column a language
+            pd.DataFrame({"en": [p["en"] for p in pairs], "de": [p["de"] for p in pairs]}).to_csv(
+                folder / f"{split}.csv", index=False
+            )
+            settings[f"{split}_file"] = str(folder / f"{split}.csv")
+        elif layout == "parquet":  # a parquet file a split, rows with a translation dict
+            pd.DataFrame({"translation": [dict(p) for p in pairs]}).to_parquet(folder / f"{split}.parquet")
+            settings[f"{split}_file"] = str(folder / f"{split}.parquet")
         elif layout == "hub-flat":  # bentrevett/multi30k: flat language columns
             pd.DataFrame({"en": [p["en"] for p in pairs], "de": [p["de"] for p in pairs]}).to_parquet(
                 folder / f"{split}.parquet"
@@ -594,7 +602,9 @@ def _write_layout(folder: Path, layout: str) -> dict:
     return settings
 
 
-@pytest.mark.parametrize("layout", ["text", "json", "hub-flat", "hub-translation", "hub-named-columns"])
+@pytest.mark.parametrize(
+    "layout", ["text", "json", "csv", "parquet", "hub-flat", "hub-translation", "hub-named-columns"]
+)
 def test_a_run_trains_and_scores_from_each_data_layout(tmp_path, layout):
     """Parallel text files and JSON Lines from a recipe, and the layouts of Hub data sets read through the
     same ``load_dataset`` call a Hub id takes (here a local folder of parquet files): each trains, saves

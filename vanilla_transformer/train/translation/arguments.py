@@ -57,7 +57,10 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
     # -- data ---------------------------------------------------------------------------------------
     dataset: str = field(
         default="synthetic",
-        metadata={"help": "'synthetic' (built in), 'json' or 'text' (local files), or a Hub data set id."},
+        metadata={
+            "help": "'synthetic' (built in); 'json', 'csv', 'parquet' or 'text' (local files named by "
+            "train_file / validation_file / test_file); or a Hub data set id (or a local folder of data files)."
+        },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub data set configuration name."})
     train_file: str | None = field(
@@ -191,7 +194,7 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
                 "Set `tokens_per_update` (batches per update from the token count) or "
                 "`gradient_accumulation_steps`, not both."
             )
-        if self.dataset in ("json", "text") and not self.train_file:
+        if self.dataset in ("json", "csv", "parquet", "text") and not self.train_file:
             raise ValueError(
                 f"`dataset: {self.dataset}` needs `train_file` (and usually `validation_file`, `test_file`)."
             )

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
     from .arguments import TranslationTrainingArguments
 
 SPLITS = ("train", "validation", "test")
+# A split in one file read by ``datasets``' builder of that name, either row layout (``translation`` dicts or
+# flat columns); with ``text`` (parallel files), the datasets a recipe names by local paths.
+FILE_FORMATS = ("json", "csv", "parquet")
+LOCAL_DATASETS = (*FILE_FORMATS, "text")
 
 
 def load_translation_splits(
@@ -41,10 +45,11 @@ def load_translation_splits(
 
     Args:
         dataset: ``"synthetic"`` (the built-in task, English -> German), ``"json"`` (JSON Lines files,
-            optionally gzipped), ``"text"`` (parallel files, one sentence a line), or a Hub data set id
-            (or a local folder of data files, which ``load_dataset`` reads the same way).
+            optionally gzipped), ``"csv"`` / ``"parquet"`` (a file a split, flat columns; parquet also
+            ``translation`` dicts), ``"text"`` (parallel files, one sentence a line), or a Hub data set
+            id (or a local folder of data files, which ``load_dataset`` reads the same way).
         source_lang, target_lang: language keys, e.g. ``"de"`` and ``"en"``.
-        files: split -> path for ``"json"``; split -> the prefix of ``<prefix>.<lang>`` for ``"text"``.
+        files: split -> path for ``"json"`` / ``"csv"`` / ``"parquet"``; split -> the prefix of ``<prefix>.<lang>`` for ``"text"``.
         dataset_config: the Hub data set's configuration name (e.g. ``"de-en"`` for ``wmt/wmt14``).
         synthetic_sizes: split -> number of examples for ``"synthetic"``.
         columns: the source and target columns of flat rows (default: the columns named by the languages).
@@ -65,10 +70,11 @@ def load_translation_splits(
                 {"source": [p[source_lang] for p in pairs], "target": [p[target_lang] for p in pairs]}
             )
         return DatasetDict(splits)
-    if dataset == "json":
+    if dataset in FILE_FORMATS:
+        read = _read_json_split if dataset == "json" else functools.partial(_read_file_split, dataset)
         return DatasetDict(
             {
-                split: _read_json_split(Path(path), source_lang, target_lang, columns)
+                split: read(Path(path), source_lang, target_lang, columns)
                 for split, path in (files or {}).items()
             }
         )
@@ -89,6 +95,18 @@ def _read_json_split(path: Path, source_lang: str, target_lang: str, columns=(No
         row_problem=functools.partial(_pair_problem, languages=(source_lang, target_lang), columns=columns),
     )
     data = load_dataset("json", data_files=str(path), split="train")
+    return _select_languages(data, str(path), source_lang, target_lang, columns)
+
+
+def _read_file_split(
+    kind: str, path: Path, source_lang: str, target_lang: str, columns=(None, None)
+) -> Dataset:
+    """A CSV or parquet split, checked for what can be checked line by line (CSV: encoding, emptiness)."""
+    if kind == "csv":
+        check_data_file(path, json_lines=False)
+    elif not path.is_file():
+        raise FileNotFoundError(f"No such data file: {path}")
+    data = load_dataset(kind, data_files=str(path), split="train")
     return _select_languages(data, str(path), source_lang, target_lang, columns)
 
 
@@ -191,10 +209,10 @@ def check_data_paths(args: TranslationTrainingArguments) -> None:
     ``<prefix>.<lang>`` files), ``tokenized_test_references`` and ``tokenizer_path``. A missing one is one
     ``FileNotFoundError`` naming each setting and its path."""
     paths = {}
-    if args.dataset in ("json", "text"):
+    if args.dataset in LOCAL_DATASETS:
         for split in SPLITS:
             path = data_path(getattr(args, f"{split}_file"), args.data_dir)
-            if path is not None and args.dataset == "json":
+            if path is not None and args.dataset in FILE_FORMATS:
                 paths[f"{split}_file"] = path
             elif path is not None:
                 for lang in (args.source_lang, args.target_lang):
@@ -210,7 +228,7 @@ def split_names(args: TranslationTrainingArguments) -> list[str] | None:
     Hub data set's (None where they cannot be listed without reading the data, e.g. offline)."""
     if args.dataset == "synthetic":
         return list(SPLITS)
-    if args.dataset in ("json", "text"):
+    if args.dataset in LOCAL_DATASETS:
         return [split for split in SPLITS if getattr(args, f"{split}_file") is not None]
     from datasets import get_dataset_split_names
 

@@ -76,7 +76,7 @@ from ..common.run_trainer import RunTrainer, preemption_for, resume_checkpoint, 
 from .arguments import TranslationTrainingArguments, run_budgets, run_settings
 from .averaging import average_checkpoints, spaced_checkpoints
 from .batching import TokenBudgetBatchSampler
-from .data import check_data_paths, prepare_data, tokenize_pairs, translation_tokenizer
+from .data import LOCAL_DATASETS, check_data_paths, prepare_data, tokenize_pairs, translation_tokenizer
 from .evaluation import bleu_scores, evaluate_split, set_decoding
 from .schedule import transformer_lr_scheduler
 
@@ -597,7 +597,7 @@ def evaluate_test_split(trainer: TranslationTrainer, args, model, split) -> dict
 
 def write_translation_card(args, model, results: dict, folder: Path) -> Path:
     """The filled model card of this run: its test BLEU (both conventions), data, length and recipe."""
-    if args.dataset in ("json", "text"):
+    if args.dataset in LOCAL_DATASETS:
         name, kind = Path(args.train_file).parent.name or "local", args.dataset
     else:
         name, kind = args.dataset, args.dataset
@@ -637,7 +637,7 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
         summary=f"A Transformer trained from scratch with vanilla-transformer to translate {pair} "
         f"(beam {args.num_beams}, length penalty {args.length_penalty}).",
         results=scores,
-        datasets=[name] if kind not in ("json", "text", "synthetic") else [],
+        datasets=[name] if kind not in (*LOCAL_DATASETS, "synthetic") else [],
         training=training,
         language=[args.source_lang, args.target_lang],
     )
