@@ -9,9 +9,7 @@ Two scores:
   tokenized (``escape=False``, no aggressive dash splitting), scored with ``tokenize="none"`` against
   references processed the same way (or the task's official tokenized reference files).
 
-Both call sacreBLEU directly (and the classifier's metrics are numpy), not the ``evaluate`` library:
-``evaluate.load("sacrebleu")`` downloads the metric's script from the Hugging Face Hub at run time,
-which machines without network (ours, CI) cannot reach.
+Both call sacreBLEU directly, not the ``evaluate`` library (the README's "Metrics" says why).
 """
 
 from __future__ import annotations

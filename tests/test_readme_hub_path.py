@@ -1,0 +1,208 @@
+"""The README's path from the Hub, run offline end to end: the commands and the Python of its translation
+and sentiment sections, as written, in order, with three stand-ins for the network:
+
+- each Hub data set id (`bentrevett/multi30k`, `stanfordnlp/imdb`) names a local folder laid out as the
+  Hub's copy is (its files, split names and columns), read through the same `load_dataset` call the id takes;
+- `push` lands in a captured commit (tests/test_hub.py's `CapturedHub`) instead of the Hub, and the
+  pushed files are then loaded where this package cannot be imported, by the README's own Python;
+- the training commands get settings appended that make them seconds long (a tiny model, a few updates);
+  the recipes' other settings (data, decoding, precision, outputs) are the README's.
+
+`hf auth login` is interactive and is the one line not run.
+"""
+
+import gzip
+import io
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import TINY_MODEL, run_without_the_package
+from test_classification import write_reviews
+from test_hub import CapturedHub
+
+from vanilla_transformer.cli import main
+from vanilla_transformer.train.translation.synthetic import synthetic_pairs
+
+pytestmark = (
+    pytest.mark.newest_only
+)  # the README's text; each command's library calls are tested at both ends
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+HUB_IDS = ("bentrevett/multi30k", "stanfordnlp/imdb")
+NOT_RUN = {"hf auth login": "interactive; the Hub is not reachable here"}
+# Appended to the README's training commands: seconds, not the recipes' hour.
+TINY = {
+    "train": {
+        "max_steps": 60,
+        "warmup_steps": 10,
+        "vocab_size": 300,
+        "max_tokens": 400,
+        "eval_steps": 1000,
+        "save_steps": 60,
+        "eval_bleu_samples": 4,
+        **{f"model.{key}": value for key, value in TINY_MODEL.items()},
+    },
+    "classify": {
+        "vocab_size": 300,
+        "max_length": 32,
+        "head_tokens": 8,
+        "validation_size": 20,
+        "validation_runs": 2,
+        "num_train_epochs": 4,
+        "learning_rate": 0.003,
+        "per_device_train_batch_size": 16,
+        "model.d_model": 32,
+        "model.d_ff": 64,
+        "model.dropout": 0.0,
+        "logging_steps": 5,
+    },
+}
+
+
+def section(heading: str) -> str:
+    """The README's text from the heading that starts with ``heading`` to the next ``## ``."""
+    match = re.search(rf"^## {re.escape(heading)}.*?(?=^## )", README, re.MULTILINE | re.DOTALL)
+    assert match, f"the README has no section {heading!r}"
+    return match.group(0)
+
+
+def blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+
+
+def commands(text: str) -> list[str]:
+    """The shell lines of a section's bash blocks, continuation lines joined."""
+    joined = "\n".join(blocks(text, "bash")).replace("\\\n", " ")
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def multi30k_layout(folder: Path) -> Path:
+    """`bentrevett/multi30k`: train.jsonl, val.jsonl, test.jsonl, rows of flat `en` / `de` columns."""
+    folder.mkdir(parents=True)
+    for offset, (name, size) in enumerate((("train", 300), ("val", 8), ("test", 8))):
+        rows = synthetic_pairs(size, seed=200 + offset)
+        (folder / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"en": r["en"], "de": r["de"]}) + "\n" for r in rows)
+        )
+    return folder
+
+
+def imdb_layout(folder: Path, scratch: Path) -> Path:
+    """`stanfordnlp/imdb`: plain_text/{train,test,unsupervised}-00000-of-00001.parquet, columns text / label,
+    the splits declared in the card's `configs`, as on the Hub."""
+    (folder / "plain_text").mkdir(parents=True)
+    for split, n, seed in (("train", 240, 0), ("test", 40, 1)):
+        rows = [json.loads(line) for line in gzip.open(write_reviews(scratch / f"{split}.gz", n, seed), "rt")]
+        pd.DataFrame(rows)[["text", "label"]].to_parquet(
+            folder / "plain_text" / f"{split}-00000-of-00001.parquet"
+        )
+    pd.DataFrame({"text": ["an unlabelled review"], "label": [-1]}).to_parquet(
+        folder / "plain_text" / "unsupervised-00000-of-00001.parquet"
+    )
+    files = "".join(
+        f"  - split: {name}\n    path: plain_text/{name}-00000-of-00001.parquet\n"
+        for name in ("train", "test", "unsupervised")
+    )
+    (folder / "README.md").write_text(
+        f"---\nconfigs:\n- config_name: plain_text\n  data_files:\n{files}---\n"
+    )
+    return folder
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """The project root as the README assumes it (the recipes under training/), the Hub's data sets as
+    local folders, and the Hub's upload captured."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "training").symlink_to(ROOT / "training")
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("VT_DATA_DIR", raising=False)
+    local = {
+        "bentrevett/multi30k": multi30k_layout(tmp_path / "hub" / "multi30k"),
+        "stanfordnlp/imdb": imdb_layout(tmp_path / "hub" / "imdb", tmp_path),
+    }
+    hub = CapturedHub(tmp_path / "pushed")
+    from huggingface_hub import HfApi
+
+    monkeypatch.setattr(HfApi, "create_repo", lambda api, repo_id, **kw: hub.create_repo(api, repo_id, **kw))
+    monkeypatch.setattr(
+        HfApi,
+        "create_commit",
+        lambda api, repo_id, operations, **kw: hub.create_commit(api, repo_id, operations, **kw),
+    )
+    return folder, local, hub
+
+
+def run_line(line: str, local: dict, monkeypatch, capsys) -> str:
+    """One README line through the `vanilla-transformer` entry point (an `echo ... |` feeds its standard
+    input); returns what it printed."""
+    for hub_id, folder in local.items():
+        line = line.replace(hub_id, str(folder))
+    stdin = None
+    if line.startswith("echo "):
+        echoed, line = line.split("|", 1)
+        stdin = shlex.split(echoed)[1] + "\n"
+    argv = shlex.split(line, comments=True)
+    assert argv[0] == "vanilla-transformer", line
+    argv = argv[1:]
+    tiny = TINY.get(argv[0]) if argv[:2] != ["classify", "evaluate"] else None
+    if tiny and (argv[0] == "train" or argv[1] == "train"):
+        argv += [f"--set={key}={value}" for key, value in tiny.items()]
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))
+    capsys.readouterr()
+    main(argv)
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("heading", "model", "repo"),
+    [
+        ("Translation, from the Hub", "runs/multi30k-de-en/model", "YOUR_NAME/multi30k-de-en"),
+        ("Sentiment classification", "runs/imdb-supervised/model", "YOUR_NAME/imdb-sentiment"),
+    ],
+)
+def test_the_readme_path_from_the_hub_runs_end_to_end(workspace, monkeypatch, capsys, heading, model, repo):
+    folder, local, hub = workspace
+    text = section(heading)
+    lines = commands(text)
+    assert any(hub_id in line for line in lines for hub_id in HUB_IDS), "the section reads no Hub data set"
+    printed = {}
+    for line in lines:
+        if line in NOT_RUN:
+            continue
+        printed[line] = run_line(line, local, monkeypatch, capsys)
+    assert (folder / model / "model.safetensors").is_file()
+    evaluated = next(out for line, out in printed.items() if " evaluate " in f" {line} ")
+    if heading.startswith("Translation"):
+        scores = json.loads(evaluated[evaluated.index("{") :].split("\n}")[0] + "\n}")
+        assert scores["split"] == "test" and scores["sentences"] == 8 and 0 <= scores["sacrebleu"] <= 100
+        translated = next(out for line, out in printed.items() if line.startswith("echo "))
+        assert len(translated.splitlines()) == 1 and translated.strip()
+    else:
+        metrics = json.loads(evaluated[evaluated.index("{") :])
+        assert metrics["examples"] == 40 and metrics["accuracy"] > 0.8
+    # The push sent the complete folder in one commit, where the README's repository id says.
+    assert [commit["repo_id"] for commit in hub.commits] == [repo]
+    pushed = hub.folder(repo)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= {
+        p.name for p in pushed.iterdir()
+    }
+    # The section's Python: in this process on the run's folder, and where the package cannot be imported
+    # on what was pushed (the repository id read from a downloaded folder).
+    for code in blocks(text, "python"):
+        exec(compile(code, f"README.md ({heading})", "exec"), {})
+        assert capsys.readouterr().out.strip()
+        remote = code.replace(f'"{model}"', f'"{pushed}"')
+        blocked = 'import sys\nsys.modules["vanilla_transformer"] = None\n'
+        result = run_without_the_package(blocked + remote, folder=pushed.parent)
+        assert result.stdout.strip(), "the README's Python printed nothing where the package is not installed"
+    capsys.readouterr()
