@@ -99,6 +99,12 @@ def test_committed_recipes_parse(recipe, tokenizer):
     assert args.run_dir.startswith("runs/") and training.output_dir.startswith(args.run_dir)
     assert 0 < training.warmup_steps < 1  # a ratio of the updates, as transformers 5 spells it
     assert args.mixed_precision == "auto"
+    if args.init_from:  # fine-tuning a pre-training run's encoder: its architecture and vocabulary come with it
+        from vanilla_transformer.train.common.init_from import REGULARISATION_FIELDS
+
+        assert args.init_from.startswith("runs/") and args.vocab_size is None
+        assert set(args.model) <= set(REGULARISATION_FIELDS)
+        return
     config = model_config(args, tokenizer)
     assert (config.d_model, config.num_decoder_layers, config.is_encoder_decoder) == (256, 0, False)
 
@@ -343,9 +349,7 @@ def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
     assert not info["mismatched_keys"]
 
     recorder = record_training(monkeypatch)
-    args, training = arguments(
-        tmp_path, "train", pretrained_model=str(mlm_folder), run_dir=str(tmp_path / "ft")
-    )
+    args, training = arguments(tmp_path, "train", init_from=str(mlm_folder), run_dir=str(tmp_path / "ft"))
     results = train_classifier(args, training)
     assert results["test"]["accuracy"] > 0.8
     # Fine-tuning started from the pre-trained encoder, every tensor of it.

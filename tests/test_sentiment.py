@@ -634,8 +634,8 @@ def test_electra_discriminator_loads_into_the_classifier(electra_run, tmp_path):
         train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", rows)),
         test_file="null",
         validation_size=10,
-        pretrained_model=str(folder),
-        finetune_dropout=0.1,
+        init_from=str(folder),
+        **{"model.dropout": 0.1},
         num_train_epochs=1,
     )
     train_classifier(fine_args, training)

@@ -96,8 +96,14 @@ def write_model_card(
     training: dict[str, Any],
     language: list[str] | None = None,
     name: str | None = None,
+    base_model: str | None = None,
 ) -> Path:
-    """Write ``folder/README.md`` for a trained model; returns its path. Parses with ``ModelCard.load``."""
+    """Write ``folder/README.md`` for a trained model; returns its path. Parses with ``ModelCard.load``.
+    ``base_model``: the model it was fine-tuned from. A Hub id becomes the card's ``base_model`` metadata (the
+    Hub links the two); a local path cannot (the Hub refuses a card whose ``base_model`` is not a model id),
+    so it is named only in the card's text by the caller's ``summary``."""
+    from .loading import is_hub_id
+
     config = model.config
     name = name or Path(folder).resolve().name
     data = ModelCardData(
@@ -106,6 +112,7 @@ def write_model_card(
         library_name="transformers",
         pipeline_tag=task,
         language=language,
+        base_model=base_model if base_model and is_hub_id(base_model) else None,
         tags=["vanilla-transformer", "transformer", "attention-is-all-you-need", "custom_code", task],
         datasets=datasets or None,
         metrics=sorted({r.metric_type for r in results}) or None,

@@ -3,13 +3,15 @@
 A recipe holds ``ClassificationArguments`` and ``transformers.TrainingArguments`` keys side by side,
 and the encoder's ``VanillaTransformerConfig`` fields in its ``model:`` block (``train/common/recipes.py``).
 
-Data are ``datasets`` JSON Lines with a text and a label column (the layout of ``../shared/data/imdb``)
-or a Hub data set. Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB)
-become spaces. A text longer than ``max_length`` is read as ``long_text`` says (by default its head and
-its tail: Sun et al., 2019, the first 128 and the last tokens of a review carry most of its sentiment,
-so the verdict at the end of a review survives); the reading is saved with the model
-(``classification_pipeline.py``). Validation reviews are held out of the training file
-(``split_validation``); the test file is only scored."""
+Data are ``datasets`` JSON Lines with a text and a label column (the layout of ``../shared/data/imdb``),
+comma- or tab-separated files with a header line (``dataset: csv``; NSMC's ``ratings_train.txt``), parquet
+files (``dataset: parquet``), or a Hub data set (at ``dataset_revision``, e.g. its Parquet conversion);
+``text_column`` / ``label_column`` name other columns, and ``drop_empty_texts`` drops the rows without
+text. Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB) become spaces. A
+text longer than ``max_length`` is read as ``long_text`` says (by default its head and its tail: Sun et al.,
+2019, the first 128 and the last tokens of a review carry most of its sentiment, so the verdict at the end
+of a review survives); the reading is saved with the model (``classification_pipeline.py``). Validation
+reviews are held out of the training file (``split_validation``); the test file is only scored."""
 
 from __future__ import annotations
 
@@ -26,10 +28,10 @@ from ...configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
 from ...devices import pick_device
 from ...precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
 from ..common.arguments import RunArguments
+from ..common.init_from import recipe_values
 from ..common.recipes import (
     SET_BY_RUN,
     SET_BY_THE_CORE,
-    apply_overrides,
     check_model_block,
     default_model_block,
     default_tracker,
@@ -40,6 +42,8 @@ from ..common.recipes import (
 
 # The built-in encoder: four post-LN layers of width 256. A recipe's ``model:`` block replaces it whole.
 ENCODER_MODEL = {"d_model": 256, "d_ff": 1024, "num_heads": 4, "num_encoder_layers": 4, "dropout": 0.1}
+# The BPE vocabulary's size where the recipe sets none and starts from no model.
+DEFAULT_VOCAB_SIZE = 16000
 
 
 # Beyond the fields every run sets: the encoder-only shape, the masked-LM head's setting and the long-text
@@ -63,8 +67,19 @@ class ClassificationArguments(RunArguments):
     dataset: str = field(
         default="json",
         metadata={
-            "help": "'json' (local JSON Lines files) or a Hub data set id (e.g. stanfordnlp/imdb), whose "
-            "split names train_file / test_file / unlabelled_files then give (train, test, unsupervised)."
+            "help": "'json' (local JSON Lines files), 'csv' (local files, comma- or tab-separated as their "
+            "header line is: a tab-separated file is read without quoting, a '\"' being part of the text, "
+            "as in NSMC's ratings_train.txt), 'parquet' (local parquet files), or a Hub data set id (e.g. "
+            "stanfordnlp/imdb) or a local folder laid out as one, whose split names train_file / test_file / "
+            "unlabelled_files then give (train, test, unsupervised)."
+        },
+    )
+    dataset_revision: str | None = field(
+        default=None,
+        metadata={
+            "help": "A Hub data set's branch, tag or commit. refs/convert/parquet is the Hub's Parquet "
+            "conversion: the data of a data set whose main branch holds a loading script (e9t/nsmc), which "
+            "datasets >= 4 no longer runs."
         },
     )
     train_file: str | None = "imdb/train.jsonl.gz"
@@ -73,8 +88,19 @@ class ClassificationArguments(RunArguments):
     unlabelled_files: list[str] = field(
         default_factory=list, metadata={"help": "Extra text for masked-LM pre-training."}
     )
-    text_column: str = "text"
-    label_column: str = "label"
+    text_column: str = field(
+        default="text", metadata={"help": "The column that holds the text (NSMC: document)."}
+    )
+    label_column: str = field(
+        default="label", metadata={"help": "The column that holds the class id (0, 1, ...)."}
+    )
+    drop_empty_texts: bool = field(
+        default=False,
+        metadata={
+            "help": "Drop the labelled rows whose text is empty, blank or missing (null), printing how many "
+            "of each split (NSMC has a few); false: such a row is an error that names it."
+        },
+    )
     class_names: list[str] | None = field(
         default=None, metadata={"help": "Names of labels 0, 1, ... (default: from the data)."}
     )
@@ -95,13 +121,19 @@ class ClassificationArguments(RunArguments):
     )
     max_train_examples: int | None = None
     max_eval_examples: int | None = None
-    vocab_size: int = 16000
+    vocab_size: int | None = field(
+        default=None,
+        metadata={
+            "help": f"The BPE vocabulary's size, special tokens included (default {DEFAULT_VOCAB_SIZE}); with "
+            "init_from the model's, which the recipe may only repeat."
+        },
+    )
     lowercase: bool = field(
         default=False,
         metadata={
             "help": "Train the tokenizer to lower-case every text (kept in the saved tokenizer, so evaluation "
-            "and the pipeline do it too). A tokenizer that already exists (pretrained_model, a resumed "
-            "run) keeps its own normalisation."
+            "and the pipeline do it too). A tokenizer that already exists (init_from, a resumed run) keeps "
+            "its own normalisation."
         },
     )
     max_length: int = field(
@@ -126,16 +158,8 @@ class ClassificationArguments(RunArguments):
     model: dict[str, Any] = field(
         default_factory=lambda: dict(ENCODER_MODEL),
         metadata={
-            "help": "VanillaTransformerConfig fields of the encoder (ignored with `pretrained_model`)."
-        },
-    )
-    pretrained_model: str | None = field(
-        default=None, metadata={"help": "Fine-tune from this folder (e.g. an MLM checkpoint)."}
-    )
-    finetune_dropout: float | None = field(
-        default=None,
-        metadata={
-            "help": "With pretrained_model: the classifier's P_drop (default: the pre-trained config's)."
+            "help": "VanillaTransformerConfig fields of the encoder (with init_from: only those to check "
+            "against the model, or the dropout-like ones to change)."
         },
     )
     objective: str = field(
@@ -190,16 +214,14 @@ class ClassificationArguments(RunArguments):
         if not self.discriminator_weight > 0:
             raise ValueError(f"`discriminator_weight` must be positive, got {self.discriminator_weight!r}.")
         for name in ("vocab_size", "max_length", "head_tokens"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:  # vocab_size: None with init_from
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)!r}.")
         for name in ("max_train_examples", "max_eval_examples"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"`{name}` must be at least 1 (or null: all), got {value!r}.")
-        if self.finetune_dropout is not None and not 0 <= self.finetune_dropout < 1:
-            raise ValueError(
-                f"`finetune_dropout` must be a probability in [0, 1), got {self.finetune_dropout!r}."
-            )
+        if self.vocab_size is None and not self.init_from:
+            self.vocab_size = DEFAULT_VOCAB_SIZE
         check_model_block(self.model, SET_BY_CLASSIFICATION_RUN)
         super().__post_init__()  # RunArguments: resume, overwrite, precision, budgets
 
@@ -227,8 +249,13 @@ def load_classification_arguments(
     the Trainer's folder defaults to ``run_dir/trainer-<stage>`` and its reports to TensorBoard."""
     types = (ClassificationArguments, TrainingArguments)
     from_file = read_recipe(recipe) if recipe else {}
-    values = apply_overrides(from_file, overrides, default_model_block(types))
+    values = recipe_values(from_file, overrides, default_model_block(types))
     where = source_name(recipe, overrides)
+    if stage == "pretrain" and values.get("init_from"):
+        raise ValueError(
+            f"{where}: `init_from` starts `classify train` (or `train`) from a model; pre-training starts from "
+            "random weights."
+        )
     for key in ("bf16", "fp16"):
         if key in values:
             raise ValueError(f"{where}: set `mixed_precision` (auto | no | bf16 | fp16), not `{key}`.")

@@ -1,9 +1,12 @@
-"""Classification data: labelled files checked row by row, the validation texts held out of the training
-file, label names, the texts as the classifier reads them, and pre-training's corpus."""
+"""Classification data: labelled files checked row by row (JSON Lines, comma- or tab-separated or parquet
+files, or a Hub data set's splits), the validation texts held out of the training file, label names, the
+texts as the classifier reads them, and pre-training's corpus."""
 
 from __future__ import annotations
 
+import csv
 import functools
+import gzip
 from pathlib import Path
 
 import numpy as np
@@ -11,20 +14,23 @@ from datasets import Dataset, load_dataset
 
 from ...classification_pipeline import LongText, clean_text, encode_long_texts
 from ...configuration_vanilla_transformer import check_token_ids
-from ...loading import is_hub_id
 from ..common.data import check_data_file, data_path, refuse_missing
 from .arguments import ClassificationArguments
 
-# The settings that name a run's data: files (``dataset: json``) or a Hub data set's splits.
+# The settings that name a run's data: files (``dataset: json``, ``csv``, ``parquet``) or a Hub data set's
+# splits.
 DATA_SETTINGS = ("train_file", "validation_file", "test_file", "unlabelled_files")
+# The ``dataset`` values that read local files (``datasets``' builders of those names); any other is a Hub id
+# or a local folder laid out as one.
+LOCAL_FORMATS = ("json", "csv", "parquet")
 
 
 def check_data_paths(args: ClassificationArguments, settings: tuple[str, ...] = DATA_SETTINGS) -> None:
     """Every data path of a classification recipe, checked at once before any work (``training_and_
-    validation`` calls it first; a trainer may call it before anything else): for ``dataset: json`` the
-    files ``settings`` name (a missing one is a ``FileNotFoundError`` naming each setting and path), for a
-    Hub data set the split names (a ``ValueError`` listing the splits it has); and ``pretrained_model``, a
-    folder that must exist (a Hub id is left to ``from_pretrained``)."""
+    validation`` calls it first; a trainer may call it before anything else): for ``dataset: json``,
+    ``csv`` or ``parquet`` the files ``settings`` name (a missing one is a ``FileNotFoundError`` naming each
+    setting and path), for a Hub data set the split names (a ``ValueError`` listing the splits it has). (``init_from`` is
+    checked with the model: ``finetune.check_init_from``.)"""
     named = {}  # setting -> the file or split it names
     for setting in settings:
         value = getattr(args, setting)
@@ -32,25 +38,19 @@ def check_data_paths(args: ClassificationArguments, settings: tuple[str, ...] = 
             named |= {f"{setting}[{index}]": item for index, item in enumerate(value)}
         elif value is not None:
             named[setting] = value
-    if args.dataset == "json":
+    if args.dataset in LOCAL_FORMATS:
         refuse_missing(
             {setting: data_path(file, args.data_dir) for setting, file in named.items()}, args.data_dir
         )
     elif named:
-        _check_split_names(args.dataset, named)
-    model = args.pretrained_model
-    if model and not is_hub_id(model) and not (Path(model) / "config.json").is_file():
-        what = "does not exist" if not Path(model).exists() else "holds no config.json"
-        raise FileNotFoundError(
-            f"`pretrained_model`: {model} {what}; name a folder a pre-training run saved."
-        )
+        _check_split_names(args.dataset, named, args.dataset_revision)
 
 
-def _check_split_names(dataset: str, named: dict[str, str]) -> None:
+def _check_split_names(dataset: str, named: dict[str, str], revision: str | None = None) -> None:
     from datasets import get_dataset_split_names
 
     try:
-        splits = list(get_dataset_split_names(dataset))
+        splits = list(get_dataset_split_names(dataset, revision=revision))
     except Exception:  # noqa: BLE001 - offline, or splits only known once read: load_dataset names them
         return
     wrong = [f"{setting}={split!r}" for setting, split in named.items() if split not in splits]
@@ -63,28 +63,55 @@ def _check_split_names(dataset: str, named: dict[str, str]) -> None:
 
 def load_split(args: ClassificationArguments, file: str, labelled: bool = True) -> tuple[Dataset, str]:
     """A split and the name errors give it: a JSON Lines file (``dataset: json``; every row checked first,
-    an error naming the line of the first bad one), or the split named ``file`` of a Hub data set
+    an error naming the line of the first bad one), a comma- or tab-separated file with a header line
+    (``dataset: csv``) or a parquet file (``dataset: parquet``; the rows of both are checked by
+    ``load_labelled``), or the split named ``file`` of a Hub data set at ``dataset_revision``
     (``stanfordnlp/imdb``: ``train``, ``test``, ``unsupervised``; a local folder of data files reads the
     same way)."""
-    if args.dataset != "json":
-        return load_dataset(args.dataset, split=file), f"{args.dataset} ({file})"
+    if args.dataset not in LOCAL_FORMATS:
+        data = load_dataset(args.dataset, split=file, revision=args.dataset_revision)
+        return data, f"{args.dataset} ({file})"
     path = data_path(file, args.data_dir)
+    if args.dataset == "csv":
+        check_data_file(path, json_lines=False)
+        return load_dataset("csv", data_files=path, split="train", **_delimited_options(path)), path
+    if args.dataset == "parquet":
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"No such data file: {path}")
+        return load_dataset("parquet", data_files=path, split="train"), path
     check_data_file(path, row_problem=functools.partial(_row_problem, args=args, labelled=labelled))
     return load_dataset("json", data_files=path, split="train"), path
 
 
+def _delimited_options(path: str | Path) -> dict:
+    """How ``datasets``' csv builder (pandas) reads a file, from its header line: with a tab in it, tab-
+    separated without quoting (a ``"`` is part of the text: NSMC's files quote nothing, and a review that
+    opens with a quote would otherwise lose it, or swallow the lines up to the next one); else
+    comma-separated with CSV's quoting. Every field is kept as written (an empty one is
+    ``""``, and a review that reads "NA" or "null" stays text: pandas would make both missing)."""
+    with open(path, "rb") as handle:
+        gzipped = handle.read(2) == b"\x1f\x8b"
+    with (gzip.open if gzipped else open)(path, "rb") as handle:
+        header = handle.readline()
+    tabbed = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if b"\t" in header else {}
+    return {**tabbed, "keep_default_na": False}
+
+
 def _row_problem(row: dict, args: ClassificationArguments, labelled: bool = True) -> str | None:
     """What is wrong with one row (None: nothing): its text missing or not text; if ``labelled``, its
-    text empty or its label missing or not an integer."""
+    text empty (both allowed with ``drop_empty_texts``: ``load_labelled`` drops the row) or its label
+    missing or not an integer."""
     columns = (args.text_column, args.label_column) if labelled else (args.text_column,)
     missing = [column for column in columns if column not in row]
     if missing:
         return f"column {missing[0]!r} is missing; the row has {sorted(row)}"
     text = row[args.text_column]
-    if not isinstance(text, str):
-        return f"{args.text_column!r} is {text!r}, not text"
-    if labelled and not text.strip():
-        return f"{args.text_column!r} is empty"
+    dropped = labelled and args.drop_empty_texts and _is_empty(text)
+    hint = " (`drop_empty_texts: true` drops such rows)" if labelled else ""
+    if not isinstance(text, str) and not dropped:
+        return f"{args.text_column!r} is {text!r}, not text{hint}"
+    if labelled and not dropped and not text.strip():
+        return f"{args.text_column!r} is empty{hint}"
     label = row.get(args.label_column)
     if labelled and (not isinstance(label, int) or isinstance(label, bool)):
         return f"{args.label_column!r} is {label!r}; labels must be integers"
@@ -101,18 +128,34 @@ def _row_problem(row: dict, args: ClassificationArguments, labelled: bool = True
 
 def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
     """Read a labelled split and check it: both columns present, no empty text, integer labels (a JSON
-    Lines file's rows are checked line by line as ``load_split`` reads it; a Hub split's here)."""
+    Lines file's rows are checked line by line as ``load_split`` reads it; a csv or parquet file's or a Hub
+    split's here, an error naming the row, counted from 0 among the data rows). With ``drop_empty_texts``
+    the rows whose text is empty, blank or missing are dropped instead, and their count printed."""
     data, path = load_split(args, file)
-    if args.dataset == "json":
+    if args.dataset != "json":
+        for column in (args.text_column, args.label_column):
+            if column not in data.column_names:
+                raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
+        rows = zip(data[args.text_column], data[args.label_column], strict=True)
+        for index, (text, label) in enumerate(rows):
+            problem = _row_problem({args.text_column: text, args.label_column: label}, args)
+            if problem:
+                raise ValueError(f"{path}: row {index}: {problem}.")
+    if not args.drop_empty_texts:
         return data
-    for column in (args.text_column, args.label_column):
-        if column not in data.column_names:
-            raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
-    for index, (text, label) in enumerate(zip(data[args.text_column], data[args.label_column], strict=True)):
-        problem = _row_problem({args.text_column: text, args.label_column: label}, args)
-        if problem:
-            raise ValueError(f"{path}: row {index}: {problem}.")
+    keep = [index for index, text in enumerate(data[args.text_column]) if not _is_empty(text)]
+    if len(keep) < len(data):
+        print(
+            f"{path}: {len(data) - len(keep):,} of {len(data):,} rows dropped: their {args.text_column!r} "
+            "is empty (drop_empty_texts)."
+        )
+        data = data.select(keep)
     return data
+
+
+def _is_empty(text) -> bool:
+    """A missing (null) text, or one of white space only: what ``drop_empty_texts`` drops."""
+    return text is None or (isinstance(text, str) and not text.strip())
 
 
 def split_validation(

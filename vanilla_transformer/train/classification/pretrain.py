@@ -14,6 +14,7 @@ from transformers import (
 )
 
 from ...fast_dropout import use_fast_dropout
+from ...loading import is_hub_id
 from ...model_card import write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
 from ..common.budget import BudgetedTrainer, TimeBudget, TrainingClock
@@ -182,7 +183,7 @@ def _pretraining_card(args, training, trainer, model, folder: Path, rows: int, p
         name=Path(args.run_dir).name + suffix,
         summary=summary,
         results=[],
-        datasets=[] if kind == "json" else [name],
+        datasets=[name] if is_hub_id(name) else [],  # the Hub refuses a card naming a local path
         training=settings,
     )
 

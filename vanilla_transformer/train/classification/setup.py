@@ -17,9 +17,11 @@ from ...tokenization import MASK_TOKEN
 from ..common.budget import BudgetedTrainer, TimeBudget, TrainingProgressCallback
 from ..common.checkpoints import checkpoint_dirs
 from ..common.data import load_or_train_tokenizer
+from ..common.init_from import load_parent_tokenizer
 from ..common.recipes import build_config
 from ..common.run_folder import RunFolder
 from .arguments import ClassificationArguments
+from .data import LOCAL_FORMATS
 
 # Each stage's outputs in the run folder, beside its Trainer's checkpoints (``output_dir``).
 STAGE_OUTPUTS = {
@@ -30,11 +32,14 @@ STAGE_OUTPUTS = {
 # model, the examples of an update, precision, optimiser and schedule). Budgets (max_steps,
 # num_train_epochs, run_minutes, session_minutes), logging, evaluation, saving and the test file may change.
 CLASSIFICATION_SETTINGS = (
+    "init_from",
     "dataset",
+    "dataset_revision",
     "train_file",
     "validation_file",
     "text_column",
     "label_column",
+    "drop_empty_texts",
     "class_names",
     "validation_size",
     "validation_runs",
@@ -46,8 +51,6 @@ CLASSIFICATION_SETTINGS = (
     "head_tokens",
     "window_stride",
     "model",
-    "pretrained_model",
-    "finetune_dropout",
 )
 PRETRAINING_SETTINGS = (
     "unlabelled_files",
@@ -93,7 +96,7 @@ def run_folder(args: ClassificationArguments, training: TrainingArguments, stage
         files = [path / name for name in STAGE_OUTPUTS[stage]]
         if checkpoints.resolve().is_relative_to(path.resolve()):
             files.append(checkpoints)
-        if not stage_holds_run(path, other) and not (args.pretrained_model or "").startswith(str(path)):
+        if not stage_holds_run(path, other) and not (parent_model(args) or "").startswith(str(path)):
             files.append(path / "tokenizer")
         return files
 
@@ -131,11 +134,21 @@ def show_minutes(
         trainer.add_callback(TrainingProgressCallback(trainer.clock, session))
 
 
-def classification_tokenizer(args: ClassificationArguments, texts: list[str]):
-    """The tokenizer of ``pretrained_model`` or of an earlier run, else one trained on ``texts`` (with
+def parent_model(args: ClassificationArguments) -> str | None:
+    """The model the run starts from (``init_from``), or None."""
+    return args.init_from
+
+
+def classification_tokenizer(args: ClassificationArguments, texts: list[str], checkpoint: Path | None = None):
+    """The tokenizer of the model the run starts from (``parent_model``; a run that continues from its
+    ``checkpoint`` reads the checkpoint's copy), or of an earlier run, else one trained on ``texts`` (with
     ``<mask>``, for masked-LM pre-training) and saved in ``run_dir/tokenizer``."""
+    parent = parent_model(args)
+    if parent:
+        copy = checkpoint is not None and (checkpoint / "tokenizer.json").is_file()
+        return load_parent_tokenizer(checkpoint if copy else parent)
     return load_or_train_tokenizer(
-        [args.pretrained_model, Path(args.run_dir) / "tokenizer"],
+        [Path(args.run_dir) / "tokenizer"],
         (clean_text(t) for t in texts),
         save_to=Path(args.run_dir) / "tokenizer",
         vocab_size=args.vocab_size,
@@ -170,8 +183,8 @@ def precision_record(args: ClassificationArguments, training: TrainingArguments)
 
 
 def data_name(args: ClassificationArguments) -> tuple[str, str]:
-    if args.dataset == "json":
-        return Path(args.train_file).parent.name or "local", "json"
+    if args.dataset in LOCAL_FORMATS:
+        return Path(args.train_file).parent.name or "local", args.dataset
     return args.dataset, args.dataset
 
 
@@ -182,6 +195,7 @@ def write_json(path: Path, payload: dict) -> None:
 __all__ = [
     "budget_callbacks",
     "classification_tokenizer",
+    "parent_model",
     "model_config",
     "precision_record",
     "data_name",

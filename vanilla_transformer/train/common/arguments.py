@@ -1,5 +1,6 @@
 """The settings every training run shares, with one meaning in both tasks: where relative data files are
-read from, whether the run folder's run is continued or replaced, the precision, and the time budgets.
+read from, the model a run starts from (``init_from``), whether the run folder's run is continued or
+replaced, the precision, and the time budgets.
 
 Translation's ``TranslationTrainingArguments`` and classification's ``ClassificationArguments`` both derive
 from ``RunArguments``; what the run folder is differs only in its name (translation's ``output_dir``,
@@ -21,6 +22,17 @@ class RunArguments:
     data_dir: str | None = field(
         default=None,
         metadata={"help": "Folder that relative data files are read from (default: $VT_DATA_DIR)."},
+    )
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "Start from this trained model (a saved folder, e.g. runs/x/model, or a Hub id): its "
+            "weights, its tokenizer (no new vocabulary is trained) and its architecture. The recipe's `model:` "
+            "block then holds only what it sets, each field the model's value except dropout, "
+            "attention_dropout, activation_dropout, classifier_dropout and label_smoothing, which may change; "
+            "`vocab_size` (and translation's languages) must be the model's. A disagreement is refused before "
+            "the run folder is touched. A resumed run continues from its checkpoint, not from this model."
+        },
     )
     resume: str = field(
         default="false",

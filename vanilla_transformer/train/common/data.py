@@ -44,7 +44,7 @@ def refuse_missing(paths: dict[str, str | Path | None], data_folder: str | None 
 
 
 def check_tokenizer_folder(path: str | Path, setting: str) -> None:
-    """Refuse a tokenizer folder that a setting names (``tokenizer_path``, ``pretrained_model``) when it holds
+    """Refuse a tokenizer folder that a setting names (``tokenizer_path``, ``init_from``) when it holds
     no saved tokenizer, instead of training a new one and writing it there."""
     path = Path(path)
     if not (path / "tokenizer.json").is_file():

@@ -25,7 +25,7 @@ from ...devices import pick_device
 from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
 from ...precision import resolve_mixed_precision
 from ..common.arguments import RunArguments
-from ..common.recipes import SET_BY_RUN, SET_BY_THE_CORE, check_model_block, default_tracker, parse_recipe
+from ..common.recipes import SET_BY_RUN, SET_BY_THE_CORE, check_model_block, default_tracker
 
 # The built-in job's model: a small post-LN Transformer (the paper's base model is too slow for minutes
 # of CPU). A recipe's ``model:`` block replaces it whole.
@@ -38,6 +38,9 @@ SYNTHETIC_MODEL = {
     "dropout": 0.1,
     "label_smoothing": 0.1,
 }
+
+# The shared BPE vocabulary's size where the recipe sets none and starts from no model.
+DEFAULT_VOCAB_SIZE = 1000
 
 # Trainer settings a translation recipe may not set: the run decides them (mixed_precision is the
 # precision switch; the learning rate is Eq. 3's, times lr_scale; §5.4's smoothing is the model config's).
@@ -96,7 +99,13 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
     max_source_length: int = 128
     max_target_length: int = 128
     # -- tokenizer (§5.1: one shared BPE vocabulary) ------------------------------------------------
-    vocab_size: int = 1000
+    vocab_size: int | None = field(
+        default=None,
+        metadata={
+            "help": f"The BPE vocabulary's size, special tokens included (default {DEFAULT_VOCAB_SIZE}); with "
+            "init_from the model's, which the recipe may only repeat."
+        },
+    )
     tokenizer_path: str | None = field(
         default=None, metadata={"help": "Reuse a saved tokenizer instead of training one."}
     )
@@ -104,7 +113,8 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
     model: dict[str, Any] = field(
         default_factory=lambda: dict(SYNTHETIC_MODEL),
         metadata={
-            "help": "VanillaTransformerConfig fields, with an optional `preset` (base | big, Table 3) under them."
+            "help": "VanillaTransformerConfig fields, with an optional `preset` (base | big, Table 3) under them "
+            "(with init_from: only those to check against the model, or the dropout-like ones to change)."
         },
     )
     # -- optimisation (§5.3) -------------------------------------------------------------------------
@@ -163,6 +173,12 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
     remove_unused_columns: bool = False  # the run's batches hold exactly the model's inputs
 
     def __post_init__(self):
+        if self.vocab_size is None and not self.init_from:
+            self.vocab_size = DEFAULT_VOCAB_SIZE
+        if self.init_from and self.tokenizer_path:
+            raise ValueError(
+                "Set `init_from` (the run keeps that model's tokenizer) or `tokenizer_path`, not both."
+            )
         for name in (
             "max_tokens",
             "vocab_size",
@@ -180,7 +196,7 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
             "average_last",
             "num_beams",
         ):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:  # vocab_size: None with init_from
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)}.")
         if not 0.0 <= self.lr_cooldown < 1.0:
             raise ValueError(f"`lr_cooldown` is a fraction of the budget in [0, 1), got {self.lr_cooldown}.")
@@ -225,6 +241,7 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
 # would not continue the run but crash in load_state_dict, or silently train another way). Budgets
 # (max_steps, max_epochs, run_minutes, session_minutes), logging, evaluation and saving may change.
 SETTINGS_OF_A_RUN = (
+    "init_from",
     "model",
     "dataset",
     "dataset_config",
@@ -267,17 +284,19 @@ def run_budgets(args: TranslationTrainingArguments) -> dict:
 
 def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> TranslationTrainingArguments:
     """Read a YAML recipe (none: the built-in synthetic job), apply ``overrides`` (``model.d_model``-style
-    keys edit the model block); an unknown key is an error naming the key and the file, as is a trainer
-    setting the run decides itself."""
-    from ..common.recipes import read_recipe, source_name
+    keys edit the model block: the built-in one, or with ``init_from`` an empty one); an unknown key is an
+    error naming the key and the file, as is a trainer setting the run decides itself."""
+    from ..common.init_from import recipe_values
+    from ..common.recipes import parse_settings, read_recipe, source_name
 
-    values = {**(read_recipe(recipe) if recipe else {}), **(overrides or {})}
+    from_file = read_recipe(recipe) if recipe else {}
     for key, why in SET_BY_TRANSLATION.items():
-        if key in values:
+        if key in {**from_file, **(overrides or {})}:
             raise ValueError(
                 f"{source_name(recipe, overrides)}: `{key}` is not a translation setting: {why}."
             )
-    (args,) = parse_recipe((TranslationTrainingArguments,), recipe, overrides)
+    values = recipe_values(from_file, overrides, dict(SYNTHETIC_MODEL))
+    (args,) = parse_settings(values, (TranslationTrainingArguments,), recipe, from_file, overrides)
     return args
 
 

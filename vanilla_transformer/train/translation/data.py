@@ -19,6 +19,7 @@ from ..common.data import (
     load_or_train_tokenizer,
     refuse_missing,
 )
+from ..common.init_from import parent_tokenizer
 from .synthetic import synthetic_pairs
 
 if TYPE_CHECKING:
@@ -292,9 +293,12 @@ def prepare_data(args: TranslationTrainingArguments) -> DatasetDict:
 
 
 def translation_tokenizer(args: TranslationTrainingArguments, train_split: Dataset):
-    """§5.1: one BPE vocabulary for both languages: ``tokenizer_path`` or a resumed run's, else trained on
-    the training pairs (sources, then targets) and saved in the run folder. A ``tokenizer_path`` that holds
-    no tokenizer is refused, not filled with a new one."""
+    """§5.1: one BPE vocabulary for both languages: ``init_from``'s (copied into the run folder),
+    ``tokenizer_path`` or a resumed run's, else trained on the training pairs (sources, then targets) and
+    saved in the run folder. A ``tokenizer_path`` that holds no tokenizer is refused, not filled with a new
+    one."""
+    if args.init_from:
+        return parent_tokenizer(args.init_from, Path(args.output_dir) / "tokenizer")
     if args.tokenizer_path:
         check_tokenizer_folder(args.tokenizer_path, "tokenizer_path")
     saved = Path(args.tokenizer_path) if args.tokenizer_path else Path(args.output_dir) / "tokenizer"

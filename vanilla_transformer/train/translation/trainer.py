@@ -56,6 +56,7 @@ from transformers.utils import logging
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
 from ...fast_dropout import use_fast_dropout
 from ...fused_output_loss import use_fused_output_loss
+from ...loading import is_hub_id
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import (
     PAPER_LENGTH_PENALTY,
@@ -68,6 +69,13 @@ from ...precision import use_fast_bf16_kernels
 from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, fraction_spent
 from ..common.checkpoints import checkpoint_dirs
 from ..common.data import data_path
+from ..common.init_from import (
+    check_recipe_agrees,
+    continues_from_checkpoint,
+    load_parent_weights,
+    parent_config,
+    regularisation,
+)
 from ..common.plots import plot_history
 from ..common.precision_record import describe_precision, mixed_precision_record
 from ..common.recipes import build_config
@@ -94,6 +102,7 @@ def train(args: TranslationTrainingArguments) -> dict:
     checkpoint (``preemption.py``)."""
     set_seed(args.seed)
     check_data_paths(args)  # a misspelt path is named before the run folder is touched
+    check_init_from(args)  # so is a parent model the recipe disagrees with
     folder = translation_run_folder(args)
     with folder, preemption_for("`--set resume=true`") as preemption:
         folder.open(args.resume, args.overwrite, run_budgets(args), args)
@@ -112,12 +121,6 @@ def _train_in_folder(args: TranslationTrainingArguments, folder: RunFolder, pree
         name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
         for name, split in splits.items()
     }
-    model = VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
-    set_decoding(model.generation_config, args.num_beams, args.length_penalty)
-    precision = mixed_precision_record(args.mixed_precision_setting, args.device)
-    use_fast_bf16_kernels(model, precision, args.device)
-    use_fast_dropout(model, args.device)
-    use_fused_output_loss(model, args.device)
     sampler = TokenBudgetBatchSampler(
         [len(x) for x in encoded["train"]["input_ids"]],
         [len(x) for x in encoded["train"]["labels"]],
@@ -131,6 +134,13 @@ def _train_in_folder(args: TranslationTrainingArguments, folder: RunFolder, pree
     checkpoint = (
         resume_checkpoint(folder, checkpoints_folder(args), settings, args) if folder.continuing else None
     )
+    # Nothing above draws from torch's generator: the model's initial weights are those set_seed gives.
+    model = build_model(args, tokenizer, checkpoint)
+    set_decoding(model.generation_config, args.num_beams, args.length_penalty)
+    precision = mixed_precision_record(args.mixed_precision_setting, args.device)
+    use_fast_bf16_kernels(model, precision, args.device)
+    use_fast_dropout(model, args.device)
+    use_fused_output_loss(model, args.device)
     folder.record(status="running", settings=settings, budgets=run_budgets(args))
     clock = TrainingClock.resuming(args.run_minutes, checkpoint)
     session = TimeBudget(args.session_minutes) if args.session_minutes is not None else None
@@ -171,6 +181,54 @@ def _train_in_folder(args: TranslationTrainingArguments, folder: RunFolder, pree
 def checkpoints_folder(args: TranslationTrainingArguments) -> Path:
     """The run's checkpoints: ``output_dir/checkpoints/checkpoint-N``."""
     return Path(args.output_dir) / "checkpoints"
+
+
+def check_init_from(args: TranslationTrainingArguments) -> None:
+    """With ``init_from``: the parent is an encoder-decoder model (a ``train`` run's ``model/``) whose config
+    the recipe agrees with (its ``model:`` block, ``vocab_size``, languages: ``common/init_from.py``). A run
+    that continues from its own checkpoint needs nothing of the parent."""
+    if not args.init_from:
+        return
+    inside = Path(args.init_from).resolve().is_relative_to(Path(args.output_dir).resolve())
+    if inside and not is_hub_id(args.init_from):
+        raise ValueError(
+            f"`init_from`: {args.init_from} lies inside output_dir ({args.output_dir}), whose files are the run's "
+            "(overwrite moves them aside): copy the model elsewhere, or choose another output_dir."
+        )
+    if continues_from_checkpoint(args.resume, checkpoints_folder(args)):
+        return
+    parent = parent_config(args.init_from)
+    if not parent.is_encoder_decoder:
+        kind = "decoder-only" if parent.is_decoder else "encoder-only"
+        raise ValueError(
+            f"`init_from`: {args.init_from} is an {kind} model ({', '.join(parent.architectures or [])}); "
+            "translation starts from an encoder-decoder model, such as a `train` run's model/ folder."
+        )
+    languages = {"source_lang": args.source_lang, "target_lang": args.target_lang}
+    check_recipe_agrees(args.init_from, parent, args.model, {"vocab_size": args.vocab_size, **languages})
+    longest = max(args.max_source_length, args.max_target_length)
+    if parent.position_encoding == "learned" and longest > parent.max_position_embeddings:
+        raise ValueError(
+            f"`init_from`: {args.init_from} learned {parent.max_position_embeddings} positions; "
+            f"max_source_length / max_target_length ({longest}) may not exceed them."
+        )
+
+
+def build_model(args: TranslationTrainingArguments, tokenizer, checkpoint: Path | None):
+    """The model the run trains: the recipe's, initialised at random; with ``init_from`` the parent's
+    weights and architecture (the recipe's dropout and label smoothing in its config), or, for a run that
+    continues from a checkpoint, that checkpoint's model (the trainer then restores its weights and
+    optimiser state)."""
+    if not args.init_from:
+        return VanillaTransformerForConditionalGeneration(build_model_config(args, tokenizer))
+    if checkpoint is not None:
+        return VanillaTransformerForConditionalGeneration.from_pretrained(checkpoint, dtype=torch.float32)
+    model, _ = load_parent_weights(
+        VanillaTransformerForConditionalGeneration, args.init_from, **regularisation(args.model)
+    )
+    if args.process_index == 0:
+        print(f"Starting from {args.init_from}: its weights, architecture and tokenizer.")
+    return model
 
 
 def build_model_config(args: TranslationTrainingArguments, tokenizer) -> VanillaTransformerConfig:
@@ -612,7 +670,9 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
         for value in [results.get("test", {}).get("bleu_lc_tok")]
         if value is not None
     ]
+    start = f"fine-tuned from {args.init_from}" if args.init_from else "trained from scratch"
     training = {
+        **({"initial weights": f"{args.init_from} (fine-tuned)"} if args.init_from else {}),
         "data": f"{name} ({pair})",
         "updates": results["updates"],
         "training time": f"{results['training_minutes']:.1f} min",
@@ -634,12 +694,13 @@ def write_translation_card(args, model, results: dict, folder: Path) -> Path:
         model,
         task="translation",
         name=Path(args.output_dir).name,
-        summary=f"A Transformer trained from scratch with vanilla-transformer to translate {pair} "
-        f"(beam {args.num_beams}, length penalty {args.length_penalty}).",
+        summary=f"A Transformer {start} with vanilla-transformer to translate {pair} (beam {args.num_beams}, "
+        f"length penalty {args.length_penalty}).",
         results=scores,
-        datasets=[name] if kind not in (*LOCAL_DATASETS, "synthetic") else [],
+        datasets=[name] if is_hub_id(name) else [],  # the Hub refuses a card naming a local path
         training=training,
         language=[args.source_lang, args.target_lang],
+        base_model=args.init_from,
     )
 
 
