@@ -1,7 +1,7 @@
 """Validation BLEU of translation runs that differ in one setting (by default: precision), against updates
 and minutes.
 
-    VT_DATA_DIR=../shared/data vanilla-transformer train --recipe training/configs/multi30k_de_en.yaml \
+    VT_DATA_DIR=path/to/data vanilla-transformer train --recipe training/configs/multi30k_de_en.yaml \
         --set mixed_precision=no --set max_steps=1200 --set run_minutes=null --set eval_steps=300 \
         --set output_dir=runs/precision/no            # and again with mixed_precision=bf16
     python -m benchmarks.precision_curves runs/precision/no runs/precision/bf16 --output bleu_precision.png

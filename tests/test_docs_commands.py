@@ -1,7 +1,8 @@
 """Every command the README and docs/ show runs as written, as far as it can without data or hours: each
 `vanilla-transformer` line parses with the CLI's own parser, its recipe exists and its `--set` settings
 are ones that recipe's run accepts (read with the run's own loader, no data touched); each script and
-each relative link points to a file that exists. (The quick start's Python runs in tests/test_readme.py.)"""
+each relative link (of the model card too) points to a file that exists, and each #anchor to a heading
+of it. (The quick start's Python runs in tests/test_readme.py.)"""
 
 import re
 import shlex
@@ -88,8 +89,61 @@ def test_scripts_the_pages_run_exist():
                 continue
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
-def test_relative_links_point_to_files(page):
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+# The pages whose links are checked: the docs, and the model card (the template every saved model carries).
+LINKED_PAGES = [*PAGES, ROOT / "model_card.md"]
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The #anchors a page's headings get on GitHub (and explicit `<a id=...>` / `<a name=...>` anchors):
+    the heading's text, links reduced to their text, lower-cased, every character but letters, digits,
+    `_`, `-` and spaces dropped, spaces turned into `-`; a repeated heading gets `-1`, `-2`, ..."""
+    # Headings, not the comments of code blocks.
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    anchors, seen = set(re.findall(r"<a (?:id|name)=\"([^\"]+)\"", text)), {}
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M):
+        heading = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def relative_links(page: Path) -> list[tuple[str, str]]:
+    """(path, anchor) of every relative link and image of a page; path "" for a link into the page itself."""
+    links = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
         if not target.startswith(("http://", "https://", "mailto:")):
-            assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+            path, _, anchor = target.partition("#")
+            links.append((path, anchor))
+    return links
+
+
+def test_heading_anchors_are_githubs(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Results: every measurement\n\n## Precision: fp32 against bf16\n\n### The task's own text (H100)\n\n"
+        "## De→En, `multi30k_de_en.yaml`\n\n## Notes\n\n## Notes\n\n## See [results](results.md)\n\n"
+        '```bash\n# a comment, not a heading\n```\n<a id="old-name"></a>\n',
+        encoding="utf-8",
+    )
+    assert heading_anchors(page) == {
+        "results-every-measurement",
+        "precision-fp32-against-bf16",
+        "the-tasks-own-text-h100",
+        "deen-multi30k_de_enyaml",
+        "notes",
+        "notes-1",
+        "see-results",
+        "old-name",
+    }
+
+
+@pytest.mark.parametrize("page", LINKED_PAGES, ids=lambda page: page.name)
+def test_relative_links_point_to_files_and_headings(page):
+    for path, anchor in relative_links(page):
+        target = (page.parent / path) if path else page
+        assert target.exists(), f"{page.name} links to {path}, which does not exist"
+        if anchor and target.suffix == ".md":
+            assert anchor in heading_anchors(target), (
+                f"{page.name} links to {path or page.name}#{anchor}, a heading {target.name} does not have"
+            )

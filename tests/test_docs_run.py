@@ -34,7 +34,6 @@ SENTENCE = "Ein Hund läuft über die Wiese."
 RUN = {
     "README.md": [
         f'echo "{SENTENCE}" | vanilla-transformer translate --model runs/multi30k-de-en/model',
-        "vanilla-transformer average runs/multi30k-de-en --last 5 --output runs/multi30k-de-en/averaged",
     ],
     "serving.md": [
         "vanilla-transformer export-onnx --model runs/multi30k-de-en/model --output onnx/de-en",
@@ -43,6 +42,7 @@ RUN = {
         f'vanilla-transformer attention --model runs/multi30k-de-en/model --text "{SENTENCE}" --output maps/',
     ],
     "translation.md": [
+        "vanilla-transformer average runs/multi30k-de-en --last 5 --output runs/multi30k-de-en/averaged",
         "mv runs/de-en-cooldown/model runs/de-en-cooldown/model-average-last5",
         "vanilla-transformer average runs/de-en-cooldown --last 1 --output runs/de-en-cooldown/model",
         'python -m benchmarks.precision_curves runs/de-en-plain runs/de-en-cooldown --labels "bf16, Eq. 3" '
@@ -54,13 +54,26 @@ RUN = {
 NOT_RUN = {
     r"^pip install": "an installer (CI's fresh install runs the README's set-up line)",
     r"^OMP_NUM_THREADS=1 python3 -m pytest -q -n 2$": "the test suite itself",
+    r"^OMP_NUM_THREADS=1 python3 -m pytest -q -n 0 tests/test_\w+\.py( -k \w+)?$": "a file of the test suite itself",
     r"^hf auth login$": "interactive, and the Hub is not reachable here",
     r"vanilla-transformer train( |$)": "trains for minutes to an hour (the quick-start job's 800 updates, the Multi30k recipes)",
     r"vanilla-transformer classify (train|pretrain) ": "trains on IMDB for 25 minutes to 2 hours",
     r"VT_DATA_DIR=\S+ vanilla-transformer (evaluate|classify evaluate) ": (
         "scores a trained model on a whole test split (thousands of beam searches)"
     ),
+    r"bentrevett/multi30k|stanfordnlp/imdb": (
+        "reads a Hub data set: tests/test_readme_hub_path.py runs the README's Hub path offline, on local "
+        "folders laid out as the Hub's copies"
+    ),
+    r"nsmc_supervised\.yaml": (
+        "reads NSMC from the Hub or the release's files; tests/test_nsmc.py runs the recipe on local copies "
+        "of both layouts"
+    ),
     r"vanilla-transformer ablate ": "trains one model per row of Table 3",
+    r"^python examples/fine_tune\.py ": (
+        "fine-tunes for thousands of steps on the reader's files; tests/test_fine_tuning_example.py runs the "
+        "example on a tiny folder, with and without LoRA"
+    ),
     r"vanilla-transformer push ": "uploads to the Hub, which is not reachable here",
     r"vanilla-transformer demo ": "serves until stopped; tests/test_demo.py serves a folder and drives it in a browser",
     r"choose_on_validation\.py ": "decodes the validation split with every checkpoint window of an hour's run",
@@ -144,7 +157,7 @@ def test_the_pages_commands_run_as_written(workspace):
     _loads_and_translates(run / "averaged")
     checkpoints = sorted((run / "checkpoints").glob("checkpoint-*"), key=lambda path: int(path.name[11:]))
     assert [path.name for path in checkpoints] == [f"checkpoint-{step}" for step in (2, 4, 6, 8, 10)]
-    assert "Averaged 5 checkpoints" in outputs[RUN["README.md"][1]]
+    assert "Averaged 5 checkpoints" in outputs[RUN["translation.md"][0]]
     assert {path.name for path in (workspace / "onnx" / "de-en").glob("*.onnx")} == {
         "encoder_model.onnx",
         "decoder_model.onnx",
@@ -155,7 +168,7 @@ def test_the_pages_commands_run_as_written(workspace):
     cooldown = workspace / "runs" / "de-en-cooldown"
     assert (cooldown / "model-average-last5" / "config.json").is_file()
     _loads_and_translates(cooldown / "model")
-    assert "Averaged 1 checkpoints into runs/de-en-cooldown/model" in outputs[RUN["translation.md"][1]]
+    assert "Averaged 1 checkpoints into runs/de-en-cooldown/model" in outputs[RUN["translation.md"][2]]
     assert (workspace / "docs" / "multi30k_de_en_bf16.png").stat().st_size > 0
     history = json.loads((run / "results.json").read_text())["history"]
     assert [row["step"] for row in history] == [5, 10]

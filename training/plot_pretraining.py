@@ -13,7 +13,7 @@ alone. Below that line a masked-LM uses context.
 
     python training/plot_pretraining.py --run mlm=runs/imdb-mlm-packed --run electra=runs/imdb-electra \
         --output docs/imdb_pretraining.png --unigram-tokenizer runs/imdb-electra/tokenizer \
-        --unigram-texts ../shared/data/imdb/unsupervised.jsonl.gz
+        --unigram-texts path/to/data/imdb/unsupervised.jsonl.gz
 """
 
 from __future__ import annotations

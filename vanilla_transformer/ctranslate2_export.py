@@ -106,7 +106,7 @@ def export_ctranslate2(
             ``reduce_range``) instead of CTranslate2's 8. On x86 CPUs without VNNI (AVX2 only) CTranslate2
             multiplies unsigned 8-bit activations by signed 8-bit weights with instructions that add pairs of
             products into saturating 16-bit sums; full-range weights overflow them and change most
-            translations, where 7-bit ones mostly agree with float32's (measured: docs/serving.md). The cost
+            translations, where 7-bit ones mostly agree with float32's (measured: docs/results.md). The cost
             is one bit of weight precision everywhere, GPUs included (their int8 products do not
             saturate). ``False`` keeps CTranslate2's own 8-bit weights: for a model served only on GPUs or on
             CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX).
@@ -441,8 +441,8 @@ def translate_ctranslate2(
         ct2_dir: a folder written by :func:`export_ctranslate2`.
         sentences: raw text, one sentence each.
         beam_size: 1 is greedy decoding.
-        length_penalty: alpha of the length normalisation score / length**alpha (CTranslate2 counts
-            the tokens without ``</s>``; transformers counts it, so beam search may rank differently).
+        length_penalty: alpha of the length normalisation score / length**alpha, the form transformers'
+            beam search uses (both count ``</s>`` in the length; the model card's departures).
         max_decoding_length: at most this many output tokens (``</s>`` included), instead of source + 50.
         batch_size: sentences per ``translate_batch`` call.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.

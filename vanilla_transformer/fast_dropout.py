@@ -4,7 +4,7 @@
 sums and (optionally) to attention probabilities and feed-forward activations. On a CPU, torch draws its
 mask with a vectorised, multi-threaded MKL Bernoulli only when the processor is an Intel one; elsewhere
 (AMD, ARM) ``bernoulli_`` runs a serial double-precision draw per element, slow enough to be a visible
-share of a training step (measured in docs/benchmarks.md, "Dropout masks and fused Adam").
+share of a training step (measured in docs/results.md, "Profiles and tried changes").
 
 ``int16_dropout`` draws 64 random bits per four elements (torch's own generator, so seeding, resuming
 and ``torch.manual_seed`` work as before) and keeps an element when its 16 bits clear a threshold: the

@@ -5,7 +5,7 @@ label-smoothed cross-entropy over every target token. Done as written, that mate
 logits, their log-softmax, the two loss gradients and their sum: four or five tensors of N x V floats
 (a Multi30k batch of 2,048 target tokens at V = 8,000 makes each 65 MB), each written and read once
 more than the arithmetic needs. On a CPU every such tensor is a fresh allocation above glibc's mmap
-threshold, so the kernel zeroes it page by page (docs/benchmarks.md, "The projection and the loss fused",
+threshold, so the kernel zeroes it page by page (docs/results.md, "The fused projection and loss",
 measures what that costs the Multi30k recipe).
 
 ``fused_output_loss`` takes the final states instead of the logits. Over chunks of rows it
@@ -24,7 +24,7 @@ gradients equal the unfused path's to float rounding (``tests/test_fused_output_
 ``use_fused_output_loss(model, device)`` installs it on a model the trainers train on a CPU, where it was
 measured (not yet on GPUs): translation. The causal-LM and masked-LM heads take it too (the latter's
 projection has a bias, and no label smoothing), but masked-LM pre-training does not install it: at the
-IMDB recipe's 2,400 masked rows x 16,000 ids per step it measured no clear gain (docs/benchmarks.md).
+IMDB recipe's 2,400 masked rows x 16,000 ids per step it measured no clear gain (docs/results.md).
 The model file calls it in training mode when labels are given, and
 returns no logits from such a forward. Nothing is saved: a loaded model computes logits and loss as
 written. Evaluation (``model.eval()``) always takes the unfused path.

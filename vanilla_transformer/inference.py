@@ -10,7 +10,7 @@
   activations quantised per batch; oneDNN/FBGEMM kernels on CPU). Nothing here changes the architecture
   or the checkpoint format: save from the original model, not from a prepared one. Batch-1 decoding reads
   every weight once per step, so fewer bytes per weight is what speeds it up; where the CPU has no bf16
-  matrix unit, torch emulates bf16 products. Measurements: docs/serving.md and docs/benchmarks.md.
+  matrix unit, torch emulates bf16 products. Measurements: docs/results.md.
 """
 
 from __future__ import annotations

@@ -963,9 +963,11 @@ UNSET_MAX_LENGTH = 20
 
 
 def paper_generation_config(config: VanillaTransformerConfig) -> GenerationConfig:
-    """§6.1 decoding: beam search with beam size 4 and length penalty alpha = 0.6 (Wu et al., 2016),
-    output length bounded by input length + 50 (``max_new_tokens_over_source``), stopping a beam
-    search when enough hypotheses are finished."""
+    """§6.1 decoding: beam search with beam size 4 and length penalty alpha = 0.6, output length bounded by input length + 50 (``max_new_tokens_over_source``), stopping a beam
+    search when enough hypotheses are finished. §6.1 cites Wu et al. (2016) for the penalty, whose form is
+    ((5 + |Y|) / 6)^alpha; transformers' beam search divides a hypothesis's log-probability by |Y|^alpha
+    (|Y| counting ``</s>``), which favours longer hypotheses more at the same alpha: a departure the model
+    card names."""
     generation_config = GenerationConfig.from_model_config(config)
     generation_config.num_beams = PAPER_NUM_BEAMS
     generation_config.length_penalty = PAPER_LENGTH_PENALTY

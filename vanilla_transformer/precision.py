@@ -125,7 +125,7 @@ def _default_device() -> torch.device:
 def use_fast_bf16_kernels(model, precision: dict, device: torch.device) -> None:
     """Training in bf16 on a CPU, attention runs on the eager path (Eq. 1 as two bf16 matrix products):
     torch's CPU flash-attention kernel is slow backwards in bf16 at translation lengths, and the eager
-    path trains faster (docs/benchmarks.md). Only the training run's attention changes; saved folders
+    path trains faster (docs/results.md). Only the training run's attention changes; saved folders
     load with SDPA as usual."""
     if precision["used"] == "bf16" and device.type == "cpu":
         model.set_attn_implementation("eager")
