@@ -1,5 +1,6 @@
 """The README's path from the Hub, run offline end to end: the commands and the Python of its translation
-and sentiment sections, as written, in order, with three stand-ins for the network:
+and sentiment sections and of fine-tuning the pushed translation model, as written, in order, with three
+stand-ins for the network:
 
 - each Hub data set id (`bentrevett/multi30k`, `stanfordnlp/imdb`) names a local folder laid out as the
   Hub's copy is (its files, split names and columns), read through the same `load_dataset` call the id takes;
@@ -34,7 +35,6 @@ pytestmark = (
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-HUB_IDS = ("bentrevett/multi30k", "stanfordnlp/imdb")
 NOT_RUN = {"hf auth login": "interactive; the Hub is not reachable here"}
 # Appended to the README's training commands: seconds, not the recipes' hour.
 TINY = {
@@ -143,7 +143,7 @@ def workspace(tmp_path, monkeypatch):
 
 def run_line(line: str, local: dict, monkeypatch, capsys) -> str:
     """One README line through the `vanilla-transformer` entry point (an `echo ... |` feeds its standard
-    input); returns what it printed."""
+    input); returns what it printed. ``local``: Hub ids -> the local folders that stand in for them."""
     for hub_id, folder in local.items():
         line = line.replace(hub_id, str(folder))
     stdin = None
@@ -163,41 +163,35 @@ def run_line(line: str, local: dict, monkeypatch, capsys) -> str:
     return capsys.readouterr().out
 
 
-@pytest.mark.parametrize(
-    ("heading", "model", "repo"),
-    [
-        ("Translation, from the Hub", "runs/multi30k-de-en/model", "YOUR_NAME/multi30k-de-en"),
-        ("Sentiment classification", "runs/imdb-supervised/model", "YOUR_NAME/imdb-sentiment"),
-    ],
-)
-def test_the_readme_path_from_the_hub_runs_end_to_end(workspace, monkeypatch, capsys, heading, model, repo):
-    folder, local, hub = workspace
+def news_files(folder: Path) -> None:
+    """The reader's own sentences the fine-tuning section names (path/to/news/*.jsonl, flat de / en rows)."""
+    folder.mkdir(parents=True)
+    for offset, (name, size) in enumerate((("train", 120), ("valid", 6), ("test", 6))):
+        rows = synthetic_pairs(size, seed=300 + offset)
+        (folder / f"{name}.jsonl").write_text(
+            "".join(json.dumps({"de": r["de"], "en": r["en"]}) + "\n" for r in rows)
+        )
+
+
+def run_section(heading: str, local: dict, hub: CapturedHub, monkeypatch, capsys) -> tuple[str, dict]:
+    """Every command of the section, in order; a repository pushed earlier stands in for its Hub id."""
     text = section(heading)
-    lines = commands(text)
-    assert any(hub_id in line for line in lines for hub_id in HUB_IDS), "the section reads no Hub data set"
     printed = {}
-    for line in lines:
+    for line in commands(text):
         if line in NOT_RUN:
             continue
-        printed[line] = run_line(line, local, monkeypatch, capsys)
-    assert (folder / model / "model.safetensors").is_file()
-    evaluated = next(out for line, out in printed.items() if " evaluate " in f" {line} ")
-    if heading.startswith("Translation"):
-        scores = json.loads(evaluated[evaluated.index("{") :].split("\n}")[0] + "\n}")
-        assert scores["split"] == "test" and scores["sentences"] == 8 and 0 <= scores["sacrebleu"] <= 100
-        translated = next(out for line, out in printed.items() if line.startswith("echo "))
-        assert len(translated.splitlines()) == 1 and translated.strip()
-    else:
-        metrics = json.loads(evaluated[evaluated.index("{") :])
-        assert metrics["examples"] == 40 and metrics["accuracy"] > 0.8
-    # The push sent the complete folder in one commit, where the README's repository id says.
-    assert [commit["repo_id"] for commit in hub.commits] == [repo]
-    pushed = hub.folder(repo)
-    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= {
-        p.name for p in pushed.iterdir()
-    }
-    # The section's Python: in this process on the run's folder, and where the package cannot be imported
-    # on what was pushed (the repository id read from a downloaded folder).
+        pushed = {commit["repo_id"]: hub.folder(commit["repo_id"]) for commit in hub.commits}
+        printed[line] = run_line(line, {**local, **pushed}, monkeypatch, capsys)
+    # What each command printed, kept beside the test's folders (pytest --basetemp=DIR to read it).
+    transcript = Path.cwd() / "readme_transcript.txt"
+    with transcript.open("a", encoding="utf-8") as out:
+        out.writelines(f"$ {line}\n{output}\n" for line, output in printed.items())
+    return text, printed
+
+
+def check_python(text: str, heading: str, model: str, pushed: Path, capsys) -> None:
+    """The section's Python: in this process on the run's folder, and where the package cannot be imported
+    on what was pushed (as a user who downloaded the repository would)."""
     for code in blocks(text, "python"):
         exec(compile(code, f"README.md ({heading})", "exec"), {})
         assert capsys.readouterr().out.strip()
@@ -205,4 +199,45 @@ def test_the_readme_path_from_the_hub_runs_end_to_end(workspace, monkeypatch, ca
         blocked = 'import sys\nsys.modules["vanilla_transformer"] = None\n'
         result = run_without_the_package(blocked + remote, folder=pushed.parent)
         assert result.stdout.strip(), "the README's Python printed nothing where the package is not installed"
-    capsys.readouterr()
+
+
+def test_the_readme_translation_path_from_the_hub_to_a_fine_tuned_model(workspace, monkeypatch, capsys):
+    folder, local, hub = workspace
+    heading, model = "Translation, from the Hub", "runs/multi30k-de-en/model"
+    text, printed = run_section(heading, local, hub, monkeypatch, capsys)
+    assert any("bentrevett/multi30k" in line for line in printed), "the section reads no Hub data set"
+    assert (folder / model / "model.safetensors").is_file()
+    evaluated = next(out for line, out in printed.items() if line.startswith("vanilla-transformer evaluate"))
+    scores = json.loads(evaluated[evaluated.index("{") :].split("\n}")[0] + "\n}")
+    assert scores["split"] == "test" and scores["sentences"] == 8 and 0 <= scores["sacrebleu"] <= 100
+    translated = next(out for line, out in printed.items() if line.startswith("echo "))
+    assert len(translated.splitlines()) == 1 and translated.strip()
+    # The push sent the complete folder in one commit, where the README's repository id says.
+    assert [commit["repo_id"] for commit in hub.commits] == ["YOUR_NAME/multi30k-de-en"]
+    pushed = hub.folder("YOUR_NAME/multi30k-de-en")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= {
+        p.name for p in pushed.iterdir()
+    }
+    check_python(text, heading, model, pushed, capsys)
+
+    # Then the fine-tuning section: from the pushed model, on the reader's own files, pushed again.
+    news_files(folder / "path" / "to" / "news")
+    run_section("Fine-tuning a trained model", local, hub, monkeypatch, capsys)
+    tuned = folder / "runs" / "news-de-en" / "model"
+    assert (tuned / "tokenizer.json").read_bytes() == (pushed / "tokenizer.json").read_bytes()
+    assert f"fine-tuned from {pushed}" in (tuned / "README.md").read_text()
+    assert [commit["repo_id"] for commit in hub.commits][-1] == "YOUR_NAME/news-de-en"
+
+
+def test_the_readme_sentiment_path_from_the_hub(workspace, monkeypatch, capsys):
+    folder, local, hub = workspace
+    heading, model = "Sentiment classification", "runs/imdb-supervised/model"
+    text, printed = run_section(heading, local, hub, monkeypatch, capsys)
+    assert any("stanfordnlp/imdb" in line for line in printed), "the section reads no Hub data set"
+    evaluated = next(
+        out for line, out in printed.items() if line.startswith("vanilla-transformer classify evaluate")
+    )
+    metrics = json.loads(evaluated[evaluated.index("{") :])
+    assert metrics["examples"] == 40 and metrics["accuracy"] > 0.8
+    assert [commit["repo_id"] for commit in hub.commits] == ["YOUR_NAME/imdb-sentiment"]
+    check_python(text, heading, model, hub.folder("YOUR_NAME/imdb-sentiment"), capsys)
