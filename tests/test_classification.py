@@ -99,7 +99,8 @@ def test_committed_recipes_parse(recipe, tokenizer):
     assert args.run_dir.startswith("runs/") and training.output_dir.startswith(args.run_dir)
     assert 0 < training.warmup_steps < 1  # a ratio of the updates, as transformers 5 spells it
     assert args.mixed_precision == "auto"
-    if args.init_from:  # fine-tuning a pre-training run's encoder: its architecture and vocabulary come with it
+    # A fine-tuning recipe starts from a pre-training run's encoder: its architecture and vocabulary come with it.
+    if args.init_from:
         from vanilla_transformer.train.common.init_from import REGULARISATION_FIELDS
 
         assert args.init_from.startswith("runs/") and args.vocab_size is None
