@@ -15,7 +15,7 @@ from conftest import run_without_the_package, tiny_config
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard, RepoUrl
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from transformers import AutoModelForSeq2SeqLM, pipeline
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
@@ -217,7 +217,7 @@ except ImportError:
     pass
 else:
     raise SystemExit("vanilla_transformer is importable in the fresh virtualenv")
-from transformers import AutoModelForSeq2SeqLM, pipeline
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True)
 assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
 translate = pipeline("translation", model=sys.argv[1], trust_remote_code=True)
@@ -254,3 +254,24 @@ def test_pushed_folder_loads_in_a_fresh_virtualenv_without_the_package(hub, trai
         "transformers": transformers.__version__,
         "translations": _translations(trained_folder, use_cache=False),
     }
+
+
+def test_the_cards_how_to_use_runs_where_the_package_is_not_installed(hub, trained_folder, tmp_path):
+    """The card a pushed folder carries tells its readers how to load it: that code, run as written on the
+    downloaded folder where the package cannot be imported, loads the model and its tokenizer without
+    transformers stopping to ask on the terminal whether it may run the folder's code."""
+    import re
+
+    main(["push", "--model", str(trained_folder), "--repo-id", "someone/tiny-en-ko"])
+    pushed = hub.folder("someone/tiny-en-ko")
+    card = (pushed / "README.md").read_text(encoding="utf-8")
+    usage = re.search(r"## How to use\n\n```python\n(.*?)```", card, re.S).group(1)
+    script = 'import sys\nsys.modules["vanilla_transformer"] = None\n'
+    script += re.sub(
+        r'from_pretrained\("[^"]*"', f'from_pretrained("{pushed}"', usage
+    )  # the id the card names
+    script += "print(type(model).__name__, len(tokenizer))\n"
+    result = run_without_the_package(script, folder=tmp_path)
+    assert "run the custom code?" not in result.stdout + result.stderr
+    expected = len(AutoTokenizer.from_pretrained(trained_folder))
+    assert result.stdout.split()[-2:] == ["VanillaTransformerForConditionalGeneration", str(expected)]

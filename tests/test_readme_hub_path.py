@@ -199,6 +199,8 @@ def check_python(text: str, heading: str, model: str, pushed: Path, capsys) -> N
         blocked = 'import sys\nsys.modules["vanilla_transformer"] = None\n'
         result = run_without_the_package(blocked + remote, folder=pushed.parent)
         assert result.stdout.strip(), "the README's Python printed nothing where the package is not installed"
+        # transformers asks on the terminal before it runs a folder's code unless told it may: never here.
+        assert "run the custom code?" not in result.stdout + result.stderr
 
 
 def test_the_readme_translation_path_from_the_hub_to_a_fine_tuned_model(workspace, monkeypatch, capsys):

@@ -173,7 +173,7 @@ Model class: `{type(model).__name__}` ({architecture}).
 from transformers import {auto_class}, AutoTokenizer
 
 model = {auto_class}.from_pretrained("{name}", trust_remote_code=True)  # or a local folder
-tokenizer = AutoTokenizer.from_pretrained("{name}")
+tokenizer = AutoTokenizer.from_pretrained("{name}", trust_remote_code=True)  # no prompt for the config's code
 ```
 {usage}
 {template_body()}"""
