@@ -2,7 +2,7 @@
 
     # translation, a new domain: JSON Lines of {"translation": {"de": ..., "en": ...}}
     python examples/fine_tune.py --model runs/multi30k-de-en/model --task translation \
-        --train-file path/to/data/news.jsonl --output runs/news-de-en
+        --train-file path/to/data/news.jsonl --eval-file path/to/data/news-valid.jsonl --output runs/news-de-en
 
     # a classifier with new labels: JSON Lines of {"text": ..., "label": ...} (label: a name or 0, 1, ...)
     python examples/fine_tune.py --model runs/imdb-electra-finetuned/model --task classification \
@@ -40,7 +40,9 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerForSequenceClassification,
 )
-from vanilla_transformer.model_card import write_model_card
+from vanilla_transformer.model_card import Result, write_model_card
+from vanilla_transformer.train.classification.evaluate import accuracy_metric
+from vanilla_transformer.train.translation.evaluation import bleu_metric
 
 ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "out_proj"]  # the PEFT targets (tests/test_peft.py)
 
@@ -51,6 +53,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--task", required=True, choices=["translation", "classification"])
     parser.add_argument("--train-file", required=True, help="JSON Lines (optionally .gz)")
     parser.add_argument("--output", required=True, help="the fine-tuned model's folder")
+    parser.add_argument(
+        "--eval-file",
+        help="JSON Lines like --train-file, scored after training: BLEU (translation, beam search with the "
+        "model's generation config) or accuracy and F1 (classification)",
+    )
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters (merged before saving)")
     parser.add_argument("--lora-rank", type=int, default=8)
     parser.add_argument("--push-to", metavar="REPO_ID", help="upload the saved folder to this Hub repository")
@@ -71,6 +78,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 # -- data --------------------------------------------------------------------------------------------------
 
 
+def files(options) -> dict[str, str]:
+    """The splits' files: train, and eval where --eval-file names one."""
+    return {"train": options.train_file} | ({"eval": options.eval_file} if options.eval_file else {})
+
+
 def translation_data(options, config, tokenizer):
     """Rows of {"translation": {src: ..., tgt: ...}} or flat {src: ..., tgt: ...} columns, tokenized as the
     package's training does: source -> input_ids, target -> labels, both ending in </s>."""
@@ -78,7 +90,7 @@ def translation_data(options, config, tokenizer):
     target = options.target_lang or config.target_lang
     if not (source and target):
         raise SystemExit("The model's config names no languages: pass --source-lang and --target-lang.")
-    data = load_dataset("json", data_files=options.train_file, split="train")
+    data = load_dataset("json", data_files=files(options), split=None)
 
     def encode(batch):
         pairs = batch["translation"] if "translation" in batch else None
@@ -88,13 +100,13 @@ def translation_data(options, config, tokenizer):
         labels = tokenizer(targets, truncation=True, max_length=options.max_length)
         return {"input_ids": inputs["input_ids"], "labels": labels["input_ids"]}
 
-    return data.map(encode, batched=True, remove_columns=data.column_names), (source, target)
+    return data.map(encode, batched=True, remove_columns=data["train"].column_names), (source, target)
 
 
 def classification_data(options, tokenizer):
     """Rows of {text, label}; labels are names (sorted into ids) or ids 0..n-1."""
-    data = load_dataset("json", data_files=options.train_file, split="train")
-    values = sorted(set(data[options.label_column]))
+    data = load_dataset("json", data_files=files(options), split=None)
+    values = sorted(set(data["train"][options.label_column]))
     if all(isinstance(value, int) for value in values):
         id2label = {value: f"LABEL_{value}" for value in range(max(values) + 1)}
         to_id = {value: value for value in values}
@@ -106,7 +118,7 @@ def classification_data(options, tokenizer):
         encoded = tokenizer(batch[options.text_column], truncation=True, max_length=options.max_length)
         return {**encoded, "labels": [to_id[label] for label in batch[options.label_column]]}
 
-    return data.map(encode, batched=True, remove_columns=data.column_names), id2label
+    return data.map(encode, batched=True, remove_columns=data["train"].column_names), id2label
 
 
 # -- the model ---------------------------------------------------------------------------------------------
@@ -154,6 +166,22 @@ def with_lora(model, task: str, rank: int):
 # -- the run -----------------------------------------------------------------------------------------------
 
 
+def card_results(options, scores: dict) -> list[Result]:
+    """The --eval-file scores as the card's model-index results."""
+    task = options.task if options.task == "translation" else "text-classification"
+    metrics = (
+        [("bleu", "sacreBLEU (cased, 13a)", "eval_sacrebleu")]
+        if options.task == "translation"
+        else [("accuracy", "accuracy", "eval_accuracy"), ("f1", "F1", "eval_f1")]
+    )
+    name = Path(options.eval_file).name if options.eval_file else ""
+    return [
+        Result(task, metric, label, scores[key], name, "json", "eval")
+        for metric, label, key in metrics
+        if key in scores
+    ]
+
+
 def main(argv=None) -> list[dict]:
     """Fine-tune and save; returns the Trainer's log history (one row per logged step)."""
     options = parse_args(argv)
@@ -173,21 +201,36 @@ def main(argv=None) -> list[dict]:
         seed=options.seed,
     )
     if options.task == "translation":
-        train, languages = translation_data(options, config, tokenizer)
+        data, languages = translation_data(options, config, tokenizer)
         model = VanillaTransformerForConditionalGeneration.from_pretrained(options.model, dtype=torch.float32)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
-        trainer_class, arguments = Seq2SeqTrainer, Seq2SeqTrainingArguments(**common)
+        # Scored as `vanilla-transformer evaluate` scores: generate() with the saved decoding, both BLEUs.
+        trainer_class, arguments = (
+            Seq2SeqTrainer,
+            Seq2SeqTrainingArguments(**common, predict_with_generate=True),
+        )
+        metric = bleu_metric(tokenizer, languages[1])
     else:
-        train, id2label = classification_data(options, tokenizer)
+        data, id2label = classification_data(options, tokenizer)
         model = load_classifier(options.model, id2label, options.max_length)
         collator = DataCollatorWithPadding(tokenizer)
         trainer_class, arguments = Trainer, TrainingArguments(**common)
+        metric = accuracy_metric(len(id2label))
     if options.lora:
         model = with_lora(model, options.task, options.lora_rank)
     trainer = trainer_class(
-        model=model, args=arguments, train_dataset=train, data_collator=collator, processing_class=tokenizer
+        model=model,
+        args=arguments,
+        train_dataset=data["train"],
+        eval_dataset=data.get("eval"),
+        data_collator=collator,
+        processing_class=tokenizer,
+        compute_metrics=metric if options.eval_file else None,
     )
     trainer.train()
+    scores = trainer.evaluate() if options.eval_file else {}
+    if scores:
+        print(f"{Path(options.eval_file).name}: {json.dumps(scores)}")
 
     if options.lora:
         model = model.merge_and_unload()  # the adapters folded into the weights: a plain model again
@@ -200,7 +243,7 @@ def main(argv=None) -> list[dict]:
         task=options.task if options.task == "translation" else "text-classification",
         summary=f"Fine-tuned from {options.model} on {Path(options.train_file).name}"
         + (f" with LoRA (rank {options.lora_rank}, merged)." if options.lora else "."),
-        results=[],
+        results=card_results(options, scores),
         datasets=[],
         training={
             "data": Path(options.train_file).name,

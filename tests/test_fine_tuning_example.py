@@ -34,10 +34,10 @@ def load_example():
     return module
 
 
-def translation_file(path: Path) -> Path:
-    """32 English -> German pairs of the synthetic task, as JSON Lines of {"translation": {...}}."""
+def translation_file(path: Path, seed: int = 7, size: int = 32) -> Path:
+    """``size`` English -> German pairs of the synthetic task, as JSON Lines of {"translation": {...}}."""
     with gzip.open(path, "wt", encoding="utf-8") as handle:
-        for pair in synthetic_pairs(32, seed=7):
+        for pair in synthetic_pairs(size, seed=seed):
             handle.write(json.dumps({"translation": pair}, ensure_ascii=False) + "\n")
     return path
 
@@ -79,10 +79,16 @@ def test_a_translation_model_fine_tunes_on_a_new_file(translation_model, tmp_pat
     argv = [
         "--model", str(translation_model), "--task", "translation", "--output", str(output),
         "--train-file", str(translation_file(tmp_path / "news.jsonl.gz")),
+        "--eval-file", str(translation_file(tmp_path / "valid.jsonl.gz", seed=8, size=6)),
         "--max-steps", "40", "--batch-size", "8", "--learning-rate", "1e-3" if lora else "3e-4",
     ]  # fmt: skip
     history = load_example().main(argv + (["--lora"] if lora else []))
     fell(history)
+    # Scored after training as `evaluate` scores: both BLEUs of generate()'s output, in the card too.
+    (scores,) = [row for row in history if "eval_sacrebleu" in row]
+    assert 0 <= scores["eval_sacrebleu"] <= 100 and 0 <= scores["eval_bleu_lc_tok"] <= 100
+    card = ModelCard.load(output / "README.md")
+    assert card.data.eval_results[0].metric_value == round(scores["eval_sacrebleu"], 4)
     model = check_folder(output, translation_model, VanillaTransformerForConditionalGeneration)
     parent = load_file(translation_model / "model.safetensors")
     moved = (
@@ -105,6 +111,7 @@ def test_a_classifier_fine_tunes_on_new_labels_and_pushes(classifier_folder, tmp
     argv = [
         "--model", str(classifier_folder), "--task", "classification", "--output", str(output),
         "--train-file", str(classification_file(tmp_path / "topics.jsonl.gz")),
+        "--eval-file", str(classification_file(tmp_path / "topics-valid.jsonl.gz")),
         "--max-steps", "40", "--batch-size", "8", "--learning-rate", "3e-3", "--max-length", "32",
         "--push-to", "you/topics",
     ]  # fmt: skip
@@ -114,6 +121,9 @@ def test_a_classifier_fine_tunes_on_new_labels_and_pushes(classifier_folder, tmp
     assert list(model.config.id2label.values()) == ["cast", "plot", "story"]  # a new head for new labels
     assert model.config.classifier_max_length == 32
     assert pushed == [(str(output), "you/topics")]
+    # The same texts scored after training (the topics are easy): accuracy and F1 of the Trainer's metric.
+    (scores,) = [row for row in history if "eval_accuracy" in row]
+    assert scores["eval_accuracy"] > 0.9 and 0 < scores["eval_f1"] <= 1
 
 
 def test_the_script_runs_offline_as_a_command(translation_model, tmp_path):

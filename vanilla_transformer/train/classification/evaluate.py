@@ -39,6 +39,24 @@ def classification_metrics(predictions: np.ndarray, labels: np.ndarray, num_labe
     return metrics
 
 
+def accuracy_metric(num_labels: int):
+    """``compute_metrics`` for a ``Trainer`` that evaluates a classifier on one row per text: accuracy and F1
+    of :func:`classification_metrics` from the logits' argmax and the labels (the bleu_metric of
+    translation's evaluation, for classifiers)."""
+
+    def compute_metrics(prediction) -> dict[str, float]:
+        logits = (
+            prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+        )
+        metrics = classification_metrics(
+            np.asarray(logits).argmax(-1), np.asarray(prediction.label_ids), num_labels
+        )
+        metrics.pop("confusion_matrix")
+        return metrics
+
+    return compute_metrics
+
+
 def evaluate_classifier(
     model_dir: str | Path,
     args: ClassificationArguments,
