@@ -581,6 +581,11 @@ def _write_layout(folder: Path, layout: str) -> dict:
                 folder / f"{split}.csv", index=False
             )
             settings[f"{split}_file"] = str(folder / f"{split}.csv")
+        elif layout == "tsv":  # tab-separated, read by the csv builder from its header (no quoting)
+            pd.DataFrame({"en": [p["en"] for p in pairs], "de": [p["de"] for p in pairs]}).to_csv(
+                folder / f"{split}.tsv", index=False, sep="\t"
+            )
+            settings[f"{split}_file"] = str(folder / f"{split}.tsv")
         elif layout == "parquet":  # a parquet file a split, rows with a translation dict
             pd.DataFrame({"translation": [dict(p) for p in pairs]}).to_parquet(folder / f"{split}.parquet")
             settings[f"{split}_file"] = str(folder / f"{split}.parquet")
@@ -598,12 +603,12 @@ def _write_layout(folder: Path, layout: str) -> dict:
     if layout.startswith("hub"):
         settings["dataset"] = str(folder)  # load_dataset(folder): the call a Hub id goes through
     else:
-        settings["dataset"] = layout
+        settings["dataset"] = "csv" if layout == "tsv" else layout
     return settings
 
 
 @pytest.mark.parametrize(
-    "layout", ["text", "json", "csv", "parquet", "hub-flat", "hub-translation", "hub-named-columns"]
+    "layout", ["text", "json", "csv", "tsv", "parquet", "hub-flat", "hub-translation", "hub-named-columns"]
 )
 def test_a_run_trains_and_scores_from_each_data_layout(tmp_path, layout):
     """Parallel text files and JSON Lines from a recipe, and the layouts of Hub data sets read through the

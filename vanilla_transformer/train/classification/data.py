@@ -4,25 +4,19 @@ texts as the classifier reads them, and pre-training's corpus."""
 
 from __future__ import annotations
 
-import csv
 import functools
-import gzip
-from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, load_dataset
 
 from ...classification_pipeline import LongText, clean_text, encode_long_texts
 from ...configuration_vanilla_transformer import check_token_ids
-from ..common.data import check_data_file, data_path, refuse_missing
+from ..common.data import FILE_FORMATS, data_path, read_data_file, refuse_missing
 from .arguments import ClassificationArguments
 
 # The settings that name a run's data: files (``dataset: json``, ``csv``, ``parquet``) or a Hub data set's
 # splits.
 DATA_SETTINGS = ("train_file", "validation_file", "test_file", "unlabelled_files")
-# The ``dataset`` values that read local files (``datasets``' builders of those names); any other is a Hub id
-# or a local folder laid out as one.
-LOCAL_FORMATS = ("json", "csv", "parquet")
 
 
 def check_data_paths(args: ClassificationArguments, settings: tuple[str, ...] = DATA_SETTINGS) -> None:
@@ -38,7 +32,7 @@ def check_data_paths(args: ClassificationArguments, settings: tuple[str, ...] = 
             named |= {f"{setting}[{index}]": item for index, item in enumerate(value)}
         elif value is not None:
             named[setting] = value
-    if args.dataset in LOCAL_FORMATS:
+    if args.dataset in FILE_FORMATS:
         refuse_missing(
             {setting: data_path(file, args.data_dir) for setting, file in named.items()}, args.data_dir
         )
@@ -68,33 +62,12 @@ def load_split(args: ClassificationArguments, file: str, labelled: bool = True) 
     ``load_labelled``), or the split named ``file`` of a Hub data set at ``dataset_revision``
     (``stanfordnlp/imdb``: ``train``, ``test``, ``unsupervised``; a local folder of data files reads the
     same way)."""
-    if args.dataset not in LOCAL_FORMATS:
+    if args.dataset not in FILE_FORMATS:
         data = load_dataset(args.dataset, split=file, revision=args.dataset_revision)
         return data, f"{args.dataset} ({file})"
     path = data_path(file, args.data_dir)
-    if args.dataset == "csv":
-        check_data_file(path, json_lines=False)
-        return load_dataset("csv", data_files=path, split="train", **_delimited_options(path)), path
-    if args.dataset == "parquet":
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"No such data file: {path}")
-        return load_dataset("parquet", data_files=path, split="train"), path
-    check_data_file(path, row_problem=functools.partial(_row_problem, args=args, labelled=labelled))
-    return load_dataset("json", data_files=path, split="train"), path
-
-
-def _delimited_options(path: str | Path) -> dict:
-    """How ``datasets``' csv builder (pandas) reads a file, from its header line: with a tab in it, tab-
-    separated without quoting (a ``"`` is part of the text: NSMC's files quote nothing, and a review that
-    opens with a quote would otherwise lose it, or swallow the lines up to the next one); else
-    comma-separated with CSV's quoting. Every field is kept as written (an empty one is
-    ``""``, and a review that reads "NA" or "null" stays text: pandas would make both missing)."""
-    with open(path, "rb") as handle:
-        gzipped = handle.read(2) == b"\x1f\x8b"
-    with (gzip.open if gzipped else open)(path, "rb") as handle:
-        header = handle.readline()
-    tabbed = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if b"\t" in header else {}
-    return {**tabbed, "keep_default_na": False}
+    row_problem = functools.partial(_row_problem, args=args, labelled=labelled)
+    return read_data_file(args.dataset, path, row_problem), path
 
 
 def _row_problem(row: dict, args: ClassificationArguments, labelled: bool = True) -> str | None:

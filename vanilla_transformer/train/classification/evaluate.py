@@ -18,10 +18,10 @@ from ...devices import pick_device
 from ...loading import load_saved_model
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
 from ...precision import inference_dtype
-from ..common.data import data_path, refuse_missing
+from ..common.data import FILE_FORMATS, data_path, refuse_missing
 from ..common.plots import plot_confusion_matrix
 from .arguments import ClassificationArguments
-from .data import LOCAL_FORMATS, load_labelled, subset, training_and_validation
+from .data import load_labelled, subset, training_and_validation
 from .setup import write_json
 
 
@@ -80,7 +80,7 @@ def evaluate_classifier(
         raise ValueError("Pass a labelled `file` or `split='validation'`, not both.")
     if split == "test" and not (file or args.test_file):
         raise ValueError("Nothing to evaluate on: give a labelled file or set the recipe's `test_file`.")
-    if split == "test" and args.dataset in LOCAL_FORMATS:  # a misspelt file is named before the model loads
+    if split == "test" and args.dataset in FILE_FORMATS:  # a misspelt file is named before the model loads
         refuse_missing({"--file" if file else "test_file": data_path(file or args.test_file, args.data_dir)})
     # The folder before the data (refused with the file or field named when it holds no model of ours).
     model = load_saved_model(model_dir, VanillaTransformerForSequenceClassification).eval()

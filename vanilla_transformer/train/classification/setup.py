@@ -16,12 +16,11 @@ from ...precision import bf16_hardware, precision_reason
 from ...tokenization import MASK_TOKEN
 from ..common.budget import BudgetedTrainer, TimeBudget, TrainingProgressCallback
 from ..common.checkpoints import checkpoint_dirs
-from ..common.data import load_or_train_tokenizer
+from ..common.data import FILE_FORMATS, load_or_train_tokenizer
 from ..common.init_from import load_parent_tokenizer
 from ..common.recipes import build_config
 from ..common.run_folder import RunFolder
 from .arguments import ClassificationArguments
-from .data import LOCAL_FORMATS
 
 # Each stage's outputs in the run folder, beside its Trainer's checkpoints (``output_dir``).
 STAGE_OUTPUTS = {
@@ -183,7 +182,7 @@ def precision_record(args: ClassificationArguments, training: TrainingArguments)
 
 
 def data_name(args: ClassificationArguments) -> tuple[str, str]:
-    if args.dataset in LOCAL_FORMATS:
+    if args.dataset in FILE_FORMATS:
         return Path(args.train_file).parent.name or "local", args.dataset
     return args.dataset, args.dataset
 

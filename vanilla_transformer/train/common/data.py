@@ -1,10 +1,11 @@
 """Where a run's data files are (``--data-dir`` / ``VT_DATA_DIR``), the check that every path a run names
 exists (all at once, before any work), the one check every data file passes before ``datasets`` reads it,
-and the run's tokenizer: an existing one, or a BPE vocabulary trained on the run's text and saved for the
+reading one split from a JSON Lines, CSV/TSV or parquet file (both tasks), and the run's tokenizer: an existing one, or a BPE vocabulary trained on the run's text and saved for the
 next invocation."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import os
@@ -12,6 +13,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from datasets import Dataset, load_dataset
 from transformers import AutoTokenizer
 
 from ...tokenization import train_bpe_tokenizer
@@ -114,6 +116,44 @@ def _check_json_line(text: str, where: str, row_problem: Callable[[dict], str | 
         raise ValueError(f"{where}: {problem}")
 
 
+# The ``dataset`` values that name local files, a split each (``datasets``' builders of those names); any
+# other value (but translation's ``text`` and ``synthetic``) is a Hub id or a local folder laid out as one.
+FILE_FORMATS = ("json", "csv", "parquet")
+
+
+def read_data_file(
+    kind: str, path: str | Path, row_problem: Callable[[dict], str | None] | None = None
+) -> Dataset:
+    """One split from a local file of ``kind`` (``FILE_FORMATS``), checked before ``datasets`` reads it
+    (:func:`check_data_file`): JSON Lines row by row (``row_problem``), a CSV or TSV file line by line (its
+    rows are the caller's to check), a parquet file for existence."""
+    if kind == "json":
+        check_data_file(path, row_problem=row_problem)
+        return load_dataset("json", data_files=str(path), split="train")
+    if kind == "csv":
+        check_data_file(path, json_lines=False)
+        return load_dataset("csv", data_files=str(path), split="train", **_delimited_options(path))
+    if kind == "parquet":
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"No such data file: {path}")
+        return load_dataset("parquet", data_files=str(path), split="train")
+    raise ValueError(f"`dataset: {kind}` is not a file format ({', '.join(FILE_FORMATS)}).")
+
+
+def _delimited_options(path: str | Path) -> dict:
+    """How ``datasets``' csv builder (pandas) reads a file, from its header line: with a tab in it, tab-
+    separated without quoting (a ``"`` is part of the text: NSMC's files quote nothing, and a text that
+    opens with a quote would otherwise lose it, or swallow the lines up to the next one); else
+    comma-separated with CSV's quoting. Every field is kept as written (an empty one is
+    ``""``, and a text that reads "NA" or "null" stays text: pandas would make both missing)."""
+    with open(path, "rb") as handle:
+        gzipped = handle.read(2) == b"\x1f\x8b"
+    with (gzip.open if gzipped else open)(path, "rb") as handle:
+        header = handle.readline()
+    tabbed = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if b"\t" in header else {}
+    return {**tabbed, "keep_default_na": False}
+
+
 def load_or_train_tokenizer(
     saved: Sequence[str | Path | None],
     texts: Iterable[str],
@@ -140,6 +180,8 @@ def load_or_train_tokenizer(
 
 
 __all__ = [
+    "FILE_FORMATS",
+    "read_data_file",
     "data_dir",
     "data_path",
     "refuse_missing",

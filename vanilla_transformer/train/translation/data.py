@@ -13,10 +13,12 @@ from datasets import Dataset, DatasetDict, load_dataset
 
 from ...configuration_vanilla_transformer import check_token_ids
 from ..common.data import (
+    FILE_FORMATS,
     check_data_file,
     check_tokenizer_folder,
     data_path,
     load_or_train_tokenizer,
+    read_data_file,
     refuse_missing,
 )
 from ..common.init_from import parent_tokenizer
@@ -26,9 +28,8 @@ if TYPE_CHECKING:
     from .arguments import TranslationTrainingArguments
 
 SPLITS = ("train", "validation", "test")
-# A split in one file read by ``datasets``' builder of that name, either row layout (``translation`` dicts or
-# flat columns); with ``text`` (parallel files), the datasets a recipe names by local paths.
-FILE_FORMATS = ("json", "csv", "parquet")
+# The datasets a recipe names by local paths: a file a split (either row layout: ``translation`` dicts or
+# flat columns), or parallel text files.
 LOCAL_DATASETS = (*FILE_FORMATS, "text")
 
 
@@ -72,10 +73,9 @@ def load_translation_splits(
             )
         return DatasetDict(splits)
     if dataset in FILE_FORMATS:
-        read = _read_json_split if dataset == "json" else functools.partial(_read_file_split, dataset)
         return DatasetDict(
             {
-                split: read(Path(path), source_lang, target_lang, columns)
+                split: _read_file_split(dataset, Path(path), source_lang, target_lang, columns)
                 for split, path in (files or {}).items()
             }
         )
@@ -90,24 +90,12 @@ def load_translation_splits(
     )
 
 
-def _read_json_split(path: Path, source_lang: str, target_lang: str, columns=(None, None)) -> Dataset:
-    check_data_file(
-        path,
-        row_problem=functools.partial(_pair_problem, languages=(source_lang, target_lang), columns=columns),
-    )
-    data = load_dataset("json", data_files=str(path), split="train")
-    return _select_languages(data, str(path), source_lang, target_lang, columns)
-
-
 def _read_file_split(
     kind: str, path: Path, source_lang: str, target_lang: str, columns=(None, None)
 ) -> Dataset:
-    """A CSV or parquet split, checked for what can be checked line by line (CSV: encoding, emptiness)."""
-    if kind == "csv":
-        check_data_file(path, json_lines=False)
-    elif not path.is_file():
-        raise FileNotFoundError(f"No such data file: {path}")
-    data = load_dataset(kind, data_files=str(path), split="train")
+    """One split's pairs from a JSON Lines (each row checked first), CSV/TSV or parquet file."""
+    problem = functools.partial(_pair_problem, languages=(source_lang, target_lang), columns=columns)
+    data = read_data_file(kind, path, problem)
     return _select_languages(data, str(path), source_lang, target_lang, columns)
 
 
