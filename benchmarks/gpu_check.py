@@ -240,31 +240,9 @@ def environment_section(settings: Settings, section: Section) -> None:
     result["cpu"] = cpu_name()
 
 
-def tests_section(settings: Settings, section: Section) -> None:
-    result = section.result
-    conftest = ROOT / "tests" / "conftest.py"
-    if not conftest.exists():
-        raise FileNotFoundError(f"No test suite at {ROOT / 'tests'}: run the check from a checkout.")
-    reads_device = TEST_DEVICE_VARIABLE in conftest.read_text()
-    log = settings.out / "tests.log"
-    command = [sys.executable, "-m", "pytest", "-v", "-o", "addopts=", "-p", "no:cacheprovider"]
-    command += list(settings.test_files)
-    result |= {
-        "command": " ".join(command[1:]),
-        "environment": {TEST_DEVICE_VARIABLE: settings.device},
-        "suite_reads_device_variable": reads_device,
-        "ran_on": settings.device if reads_device else "cpu",
-        "log": log.name,
-    }
-    if not reads_device:
-        result["note"] = (
-            f"tests/conftest.py does not read {TEST_DEVICE_VARIABLE}: the suite cannot target a device yet, "
-            "so these tests ran on the CPU."
-        )
-    section.save()
-    environment = {**os.environ, TEST_DEVICE_VARIABLE: settings.device, "HF_HUB_OFFLINE": "1"}
-    if settings.dry_run:
-        environment["OMP_NUM_THREADS"] = "1"
+def run_logged(command: list[str], environment: dict, log: Path, seconds: float) -> int | None:
+    """Run ``command`` from the checkout in its own session, its output in ``log``; its exit status, or None
+    when it outlived ``seconds`` (then it and its children are killed)."""
     with log.open("w") as output:
         process = subprocess.Popen(
             command,
@@ -275,12 +253,33 @@ def tests_section(settings: Settings, section: Section) -> None:
             start_new_session=True,
         )
         try:
-            result["returncode"] = process.wait(timeout=max(1.0, section.left() - 3))
+            return process.wait(timeout=max(1.0, seconds))
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-            result["returncode"] = None
-            result["timed_out"] = True
+            return None
+
+
+def tests_section(settings: Settings, section: Section) -> None:
+    result = section.result
+    conftest = ROOT / "tests" / "conftest.py"
+    if not conftest.exists():
+        raise FileNotFoundError(f"No test suite at {ROOT / 'tests'}: run the check from a checkout.")
+    log = settings.out / "tests.log"
+    command = [sys.executable, "-m", "pytest", "-v", "-o", "addopts=", "-p", "no:cacheprovider"]
+    command += list(settings.test_files)
+    result |= {
+        "command": " ".join(command[1:]),
+        "environment": {TEST_DEVICE_VARIABLE: settings.device},
+        "ran_on": settings.device,  # tests/conftest.py's `test_device` reads the variable
+        "log": log.name,
+    }
+    section.save()
+    environment = {**os.environ, TEST_DEVICE_VARIABLE: settings.device, "HF_HUB_OFFLINE": "1"}
+    if settings.dry_run:
+        environment["OMP_NUM_THREADS"] = "1"
+    result["returncode"] = run_logged(command, environment, log, section.left() - 3)
+    result["timed_out"] = result["returncode"] is None
     text = log.read_text(errors="replace")
     outcomes = re.findall(r"^(tests/\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)", text, re.MULTILINE)
     counts: dict[str, int] = {}
@@ -542,22 +541,10 @@ def multi30k_section(settings: Settings, section: Section) -> None:
     result |= {"run_minutes": minutes, "command": " ".join(command[1:]), "output_dir": str(output_dir)}
     section.save()
     log = settings.out / "multi30k.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=environment,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            result["returncode"] = process.wait(timeout=max(1.0, section.left() - 2))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            result["output_tail"] = log.read_text(errors="replace")[-2000:]
-            raise TimeoutError("the training run outlived the section's time") from None
+    result["returncode"] = run_logged(command, environment, log, section.left() - 2)
+    if result["returncode"] is None:
+        result["output_tail"] = log.read_text(errors="replace")[-2000:]
+        raise TimeoutError("the training run outlived the section's time")
     if result["returncode"] != 0:
         result["output_tail"] = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"the train command exited with status {result['returncode']}")
