@@ -371,7 +371,7 @@ FORCE_FILE = (
 )
 
 
-def _add_device_option(parser) -> None:
+def _add_device_options(parser) -> None:
     """``--device`` and ``--dtype``: where a command runs the model and in which type (the same choices as
     a recipe's ``mixed_precision``)."""
     from .precision import DTYPE_CHOICES
@@ -435,7 +435,7 @@ def add_evaluate_command(commands) -> None:
         "it, as <split>_scores.json.",
     )
     evaluate.add_argument("--force", action="store_true", help=FORCE_FILE)
-    _add_device_option(evaluate)
+    _add_device_options(evaluate)
     evaluate.set_defaults(func=cmd_evaluate)
 
 
@@ -467,7 +467,7 @@ def add_translate_command(commands) -> None:
         choices=["int8"],
         help="pytorch engine, CPU: int8 dynamic quantisation of the linear layers.",
     )
-    _add_device_option(translate)
+    _add_device_options(translate)
     translate.set_defaults(func=cmd_translate)
 
 
@@ -513,7 +513,7 @@ def add_attention_command(commands) -> None:
         "--output", default="attention", help="Folder for the PNGs (default: ./attention)."
     )
     attention.add_argument("--force", action="store_true", help=FORCE_FOLDER)
-    _add_device_option(attention)
+    _add_device_options(attention)
     attention.set_defaults(func=cmd_attention)
 
 
@@ -532,7 +532,7 @@ def add_demo_command(commands) -> None:
         help="Run the folder's own .py files (as transformers' trust_remote_code=True) instead of serving it "
         "with this package's classes and pipelines. Only for folders whose code you trust.",
     )
-    _add_device_option(demo)
+    _add_device_options(demo)
     demo.set_defaults(func=cmd_demo)
 
 
@@ -555,7 +555,7 @@ def add_classify_command(commands) -> None:
         help="evaluate: validation scores the texts the recipe holds out of its training file (what "
         "training validated on; make choices there) instead of the test file",
     )
-    _add_device_option(classify)
+    _add_device_options(classify)
     classify.set_defaults(func=cmd_classify)
 
 

@@ -39,7 +39,6 @@ from .setup import (
     classification_tokenizer,
     data_name,
     model_config,
-    parent_model,
     precision_record,
     run_budgets,
     run_folder,
@@ -148,12 +147,12 @@ HEAD = ("classifier.weight", "classifier.bias")
 
 
 def check_init_from(args: ClassificationArguments, training: TrainingArguments) -> None:
-    """The model the run starts from (``parent_model``), before any work: a folder is checked
+    """The model the run starts from (``init_from``), before any work: a folder is checked
     (``loading.check_model_folder``) and must hold a tokenizer; a decoder-only model, which has no encoder,
     is refused; the recipe's model block and ``vocab_size`` must agree with its config
     (``common/init_from.py``). A run that
     continues from its own checkpoint needs nothing of it."""
-    parent = parent_model(args)
+    parent = args.init_from
     if not parent or continues_from_checkpoint(args.resume, Path(training.output_dir)):
         return
     config = parent_config(parent)
@@ -172,7 +171,7 @@ def build_classifier(args: ClassificationArguments, tokenizer, extra: dict, chec
     encoder at random; or the parent's encoder (with the recipe's regularisation fields: pre-training
     may have run without dropout) with the parent's head where it classifies the same labels, else a new head; or,
     for a run that continues from a checkpoint, that checkpoint's model (the Trainer restores its state)."""
-    parent = parent_model(args)
+    parent = args.init_from
     if not parent:
         return VanillaTransformerForSequenceClassification(model_config(args, tokenizer, **extra))
     if checkpoint is not None:
@@ -220,7 +219,7 @@ def _classifier_card(args, training, model, results: dict, folder: Path, example
             if f"{prefix}{metric}" in metrics:
                 value = 100 * metrics[f"{prefix}{metric}"]
                 scores.append(Result("text-classification", metric, metric, value, name, kind, split_name))
-    parent = parent_model(args)
+    parent = args.init_from
     start = f"fine-tuned from {parent}" if parent else "trained from scratch"
     return write_model_card(
         folder,

@@ -95,7 +95,7 @@ def run_folder(args: ClassificationArguments, training: TrainingArguments, stage
         files = [path / name for name in STAGE_OUTPUTS[stage]]
         if checkpoints.resolve().is_relative_to(path.resolve()):
             files.append(checkpoints)
-        if not stage_holds_run(path, other) and not (parent_model(args) or "").startswith(str(path)):
+        if not stage_holds_run(path, other) and not (args.init_from or "").startswith(str(path)):
             files.append(path / "tokenizer")
         return files
 
@@ -133,16 +133,11 @@ def show_minutes(
         trainer.add_callback(TrainingProgressCallback(trainer.clock, session))
 
 
-def parent_model(args: ClassificationArguments) -> str | None:
-    """The model the run starts from (``init_from``), or None."""
-    return args.init_from
-
-
 def classification_tokenizer(args: ClassificationArguments, texts: list[str], checkpoint: Path | None = None):
-    """The tokenizer of the model the run starts from (``parent_model``; a run that continues from its
+    """The tokenizer of the model the run starts from (``init_from``; a run that continues from its
     ``checkpoint`` reads the checkpoint's copy), or of an earlier run, else one trained on ``texts`` (with
     ``<mask>``, for masked-LM pre-training) and saved in ``run_dir/tokenizer``."""
-    parent = parent_model(args)
+    parent = args.init_from
     if parent:
         copy = checkpoint is not None and (checkpoint / "tokenizer.json").is_file()
         return load_parent_tokenizer(checkpoint if copy else parent)
@@ -194,7 +189,6 @@ def write_json(path: Path, payload: dict) -> None:
 __all__ = [
     "budget_callbacks",
     "classification_tokenizer",
-    "parent_model",
     "model_config",
     "precision_record",
     "data_name",
