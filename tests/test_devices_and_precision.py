@@ -243,3 +243,26 @@ def test_attention_maps_and_the_demo_run_in_the_type_given(translation_model, tm
     loaded = load_for_demo(translation_model, device="cpu", dtype="fp16")
     assert {parameter.dtype for parameter in loaded.model.parameters()} == {torch.float16}
     assert translate(loaded, "ein hund läuft", num_beams=2, length_penalty=0.6, max_new_tokens=0)
+
+
+def test_int8_translation_takes_auto_as_float32_and_refuses_a_half_type_before_loading(
+    translation_model, tmp_path, monkeypatch
+):
+    """int8 dynamic quantisation runs on float32 activations: `--dtype auto` with `--quantize int8` is fp32
+    even on a CPU whose auto is bf16; `--dtype bf16` with it is one line naming both options, before the
+    model loads."""
+    from vanilla_transformer import loading
+    from vanilla_transformer.cli import main
+
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_bf16": True})  # auto would be bf16
+    source = tmp_path / "source.txt"
+    source.write_text("ein hund läuft\n")
+    main(["translate", "--model", str(translation_model), "--input", str(source)]
+         + ["--output", str(tmp_path / "out.txt"), "--quantize", "int8", "--dtype", "auto"])  # fmt: skip
+    assert (tmp_path / "out.txt").read_text().strip()
+    loads = []
+    monkeypatch.setattr(loading, "load_saved_model", lambda *args, **kwargs: loads.append(args))
+    with pytest.raises(SystemExit, match="--quantize int8 runs on float32 activations: drop --dtype bf16"):
+        main(["translate", "--model", str(translation_model), "--input", str(source), "--quantize", "int8"]
+             + ["--dtype", "bf16"])  # fmt: skip
+    assert loads == []

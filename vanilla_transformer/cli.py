@@ -128,17 +128,25 @@ def _pytorch_translator(options):
     """``lines -> translations`` with the saved model (loaded once) and the command's decoding options."""
     import functools
 
+    import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .devices import pick_device
     from .inference import prepare_for_inference, translate
     from .loading import load_saved_model
 
-    # int8 dynamic quantisation runs on the CPU: there by default then
+    # int8 dynamic quantisation runs on the CPU, on float32 activations: there and in fp32 by default then,
+    # `--dtype auto` included; a half type asked for is refused before the model loads.
     device = pick_device(options.device or ("cpu" if options.quantize else "auto"))
+    if options.quantize and options.dtype in ("bf16", "fp16"):
+        raise ValueError(
+            f"--quantize {options.quantize} runs on float32 activations: drop --dtype {options.dtype} "
+            "(or use --dtype fp32 / auto)."
+        )
+    dtype = torch.float32 if options.quantize else _dtype(options, device)
     model = prepare_for_inference(
         load_saved_model(options.model, AutoModelForSeq2SeqLM, device=device),
-        dtype=_dtype(options, device),
+        dtype=dtype,
         quantize=options.quantize,
     )
     tokenizer = AutoTokenizer.from_pretrained(options.model)
