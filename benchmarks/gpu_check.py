@@ -124,6 +124,9 @@ class Settings:
         }
     )
     total_s: float = 360.0
+    # The sections to run (environment always runs: the others need its device): all by default, a few to
+    # rerun what a first check found failing within what is left of a GPU loan.
+    sections: tuple[str, ...] = SECTIONS
     # The tests that take the device from VT_TEST_DEVICE: model, generation, pipelines, training, host syncs.
     test_files: tuple[str, ...] = ("tests/test_on_device.py",)
     presets: dict | None = None  # None: benchmarks.presets.PRESETS
@@ -641,6 +644,8 @@ def run_check(settings: Settings) -> dict:
         "sections": {},
     }
     for name in SECTIONS:
+        if name not in settings.sections:
+            continue
         budget = settings.budgets[name]
         deadline = min(time.monotonic() + budget, end)
         if deadline - time.monotonic() < 2:
@@ -683,12 +688,13 @@ def markdown(report: dict) -> str:
         "| section | status | seconds (of) |",
         "| --- | --- | --- |",
     ]
-    for name in SECTIONS:
+    ran = [name for name in SECTIONS if name in sections]
+    for name in ran:
         record = sections[name]
         lines.append(
             f"| {TITLES[name]} | {record['status']} | {record.get('seconds', 0)} ({record['budget_s']}) |"
         )
-    for name in SECTIONS:
+    for name in ran:
         record = sections[name]
         lines += ["", f"## {TITLES[name]}", "", f"Status: **{record['status']}**"]
         for key in ("skipped", "error", "note"):
@@ -829,8 +835,19 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="Data folder holding multi30k/ (default: $VT_DATA_DIR, ../shared/data).",
     )
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        help="Run only these sections (environment always runs); default: all.",
+    )
     args = parser.parse_args(argv)
-    values = {"out": args.out.resolve(), "data_dir": args.data_dir}
+    values = {
+        "out": args.out.resolve(),
+        "data_dir": args.data_dir,
+        "sections": tuple(dict.fromkeys(["environment", *args.sections])),
+    }
     if args.device:
         values["device"] = args.device
     settings = Settings.for_dry_run(**values) if args.dry_run else Settings(**values)

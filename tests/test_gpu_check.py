@@ -113,6 +113,24 @@ def test_a_failing_section_is_recorded_and_the_next_one_runs(tmp_path, monkeypat
     assert "no such kernel" in (tmp_path / "gpu_check.md").read_text()
 
 
+def test_sections_named_on_the_command_line_run_alone_after_the_environment(tmp_path, monkeypatch):
+    """A rerun within what is left of a GPU loan: ``--sections decoding`` runs the environment (the others
+    need its device) and decoding, nothing else, and the report shows only those."""
+    ran = []
+
+    def run_section(name, settings, folder, deadline):
+        ran.append(name)
+        return {"status": "ok", "seconds": 0.0}
+
+    monkeypatch.setattr(gpu_check, "run_section", run_section)
+    monkeypatch.setattr(gpu_check, "preload", lambda: None)
+    assert gpu_check.main(["--dry-run", "--out", str(tmp_path), "--sections", "decoding"]) == 0
+    assert ran == ["environment", "decoding"]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert list(report["sections"]) == ["environment", "decoding"]
+    assert "Training" not in (tmp_path / "gpu_check.md").read_text()
+
+
 def test_multi30k_is_skipped_with_a_reason_without_its_data(tmp_path):
     settings = gpu_check.Settings(out=tmp_path, data_dir=tmp_path / "absent")
     section = gpu_check.Section("multi30k", tmp_path / "multi30k.json", time.monotonic() + 60)
