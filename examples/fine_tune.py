@@ -40,9 +40,8 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerForSequenceClassification,
 )
+from vanilla_transformer.metrics import accuracy_metric, bleu_metric
 from vanilla_transformer.model_card import Result, write_model_card
-from vanilla_transformer.train.classification.evaluate import accuracy_metric
-from vanilla_transformer.train.translation.evaluation import bleu_metric
 
 ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "out_proj"]  # the PEFT targets (tests/test_peft.py)
 

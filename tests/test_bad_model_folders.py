@@ -153,7 +153,7 @@ def _arguments(command: str, folder, good, tmp_path) -> list[str]:
             *model,
             "--file",
             str(labelled),
-            f"--set=run_dir={tmp_path}",
+            f"--set=output_dir={tmp_path}",
         ],
         "export-onnx": ["export-onnx", *model, "--output", out],
         "export-ct2": ["export-ct2", *model, "--output", out],

@@ -225,7 +225,7 @@ def _train(task: str, path, tmp_path) -> str:
         argv += ["--set", f"output_dir={tmp_path / 'run'}"]
     else:
         argv = ["classify", "train", "--set", "dataset=json", "--set", "report_to=none"]
-        argv += ["--set", f"run_dir={tmp_path / 'run'}", "--set", "test_file=null"]
+        argv += ["--set", f"output_dir={tmp_path / 'run'}", "--set", "test_file=null"]
     with pytest.raises(SystemExit) as raised:
         main([*argv, "--set", f"train_file={path}"])
     assert not (tmp_path / "run").exists()

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from datasets import Dataset
 from huggingface_hub import ModelCard
 from PIL import Image
 from safetensors.torch import load_file
@@ -18,16 +19,17 @@ from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer
 
 from vanilla_transformer import VanillaTransformerForMaskedLM, VanillaTransformerForSequenceClassification
 from vanilla_transformer.classification_pipeline import LongText, clean_text, encode_long_texts
+from vanilla_transformer.evaluation import evaluate_classifier
+from vanilla_transformer.metrics import classification_metrics
 from vanilla_transformer.tokenization import MASK_TOKEN, train_bpe_tokenizer
-from vanilla_transformer.train.classification import finetune as finetune_stage
-from vanilla_transformer.train.classification import pretrain as pretrain_stage
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
 from vanilla_transformer.train.classification.data import pretraining_texts
-from vanilla_transformer.train.classification.evaluate import classification_metrics, evaluate_classifier
-from vanilla_transformer.train.classification.finetune import train_classifier
-from vanilla_transformer.train.classification.pretrain import pretrain
+from vanilla_transformer.train.classification.pretraining_task import PretrainingTask
 from vanilla_transformer.train.classification.setup import model_config
-from vanilla_transformer.train.common.recipes import parse_overrides
+from vanilla_transformer.train.classification.task import ClassificationTask
+from vanilla_transformer.train.common.recipes import parse_overrides, read_recipe
+from vanilla_transformer.train.run import train_recipe
+from vanilla_transformer.train.tasks import get_task
 
 POSITIVE = [
     "a wonderful film",
@@ -65,7 +67,7 @@ def settings(tmp_path, **extra) -> list[str]:
         vocab_size=300,
         max_length=32,
         mixed_precision="no",  # fp32 unless a test says otherwise
-        run_dir=str(tmp_path / "run"),
+        output_dir=str(tmp_path / "run"),
         num_train_epochs=4,
         per_device_train_batch_size=16,
         learning_rate=0.003,
@@ -84,21 +86,33 @@ def settings(tmp_path, **extra) -> list[str]:
 
 
 TINY_ENCODER = dict(d_model=32, d_ff=64, num_encoder_layers=2, dropout=0.0)
-CONFIGS = Path(__file__).parent.parent / "training" / "configs"
+RECIPES = Path(__file__).parent.parent / "vanilla_transformer" / "recipes"
+ENCODER_TASKS = ("classification", "masked-lm", "electra")
 
 
 def arguments(tmp_path, stage="train", recipe=None, **extra):
-    """The parsed dataclasses, as ``--set key=value`` gives them (``model.<field>`` keys edit the encoder)."""
+    """The parsed arguments, as ``--set key=value`` gives them (``model.<field>`` keys edit the encoder)."""
     return load_classification_arguments(recipe, parse_overrides(settings(tmp_path, **extra)), stage)
 
 
-@pytest.mark.parametrize("recipe", sorted(CONFIGS.glob("imdb_*.yaml")), ids=str)
+def train(tmp_path, task="classification", **extra) -> dict:
+    """A run as ``classify train`` (``classification``) or ``classify pretrain`` (``pretraining``) starts it,
+    with these settings; its results (``output_dir``, ``model``: the saved model folder)."""
+    return train_recipe(None, parse_overrides(settings(tmp_path, **extra)), task)
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [path for path in sorted(RECIPES.glob("imdb_*.yaml")) if read_recipe(str(path))["task"] in ENCODER_TASKS],
+    ids=str,
+)
 def test_committed_recipes_parse(recipe, tokenizer):
-    """Every setting of a shipped recipe is one the classifier or transformers' Trainer knows."""
-    args, training = load_classification_arguments(str(recipe), {}, "train")
-    assert args.run_dir.startswith("runs/") and training.output_dir.startswith(args.run_dir)
-    assert 0 < training.warmup_steps < 1  # a ratio of the updates, as transformers 5 spells it
-    assert args.mixed_precision == "auto"
+    """Every setting of a shipped recipe is one its task (the encoder's) or transformers' Trainer knows."""
+    task = read_recipe(str(recipe))["task"]
+    args = get_task(task).load_arguments(str(recipe), {})
+    assert args.task == task and args.output_dir.startswith("runs/")
+    assert 0 < args.warmup_steps < 1  # a ratio of the updates, as transformers 5 spells it
+    assert args.mixed_precision_setting == "auto"
     # A fine-tuning recipe starts from a pre-training run's encoder: its architecture and vocabulary come with it.
     if args.init_from:
         from vanilla_transformer.train.common.init_from import REGULARISATION_FIELDS
@@ -111,41 +125,40 @@ def test_committed_recipes_parse(recipe, tokenizer):
 
 
 def test_model_settings_reach_the_config(tmp_path, tokenizer):
-    args, _ = arguments(tmp_path, **{"model.norm_position": "pre", "model.num_encoder_layers": 3})
+    args = arguments(tmp_path, **{"model.norm_position": "pre", "model.num_encoder_layers": 3})
     config = model_config(args, tokenizer)
     assert (config.norm_position, config.num_encoder_layers, config.num_decoder_layers) == ("pre", 3, 0)
     assert (config.d_model, config.d_ff, config.num_heads, config.max_position_embeddings) == (32, 64, 4, 32)
     with pytest.raises(ValueError, match="norm_position"):
-        model_config(arguments(tmp_path, **{"model.norm_position": "middle"})[0], tokenizer)
+        model_config(arguments(tmp_path, **{"model.norm_position": "middle"}), tokenizer)
 
 
 def test_recipe_model_block_is_checked_with_the_file_named(tmp_path):
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("run_dir: runs/x\nmodel:\n  d_model: 64\n  num_layers: 2\n")
+    recipe.write_text("output_dir: runs/x\nmodel:\n  d_model: 64\n  num_layers: 2\n")
     with pytest.raises(
         ValueError, match=r"recipe.yaml: Unknown model setting\(s\): model\.num_layers\. .*num_encoder_layers"
     ):
         load_classification_arguments(str(recipe), {}, "train")
-    recipe.write_text("run_dir: runs/x\nd_model: 64\n")  # model settings live only in the model block
+    recipe.write_text("output_dir: runs/x\nd_model: 64\n")  # model settings live only in the model block
     with pytest.raises(
         ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: d_model\. Known settings: .*model"
     ):
         load_classification_arguments(str(recipe), {}, "train")
-    recipe.write_text("run_dir: runs/x\nbf16: true\n")  # precision is mixed_precision's
+    recipe.write_text("output_dir: runs/x\nbf16: true\n")  # precision is mixed_precision's
     with pytest.raises(ValueError, match=r"recipe.yaml: set `mixed_precision` .*not `bf16`"):
         load_classification_arguments(str(recipe), {}, "train")
-    recipe.write_text("run_dir: runs/x\nmodel:\n  d_model: 64\n")
-    args, _ = load_classification_arguments(str(recipe), {"model.dropout": 0.2}, "train")
+    recipe.write_text("output_dir: runs/x\nmodel:\n  d_model: 64\n")
+    args = load_classification_arguments(str(recipe), {"model.dropout": 0.2}, "train")
     assert args.model == {"d_model": 64, "dropout": 0.2}  # the recipe's block, edited by --set
 
 
 @pytest.mark.parametrize("native", [False, True], ids=["no-native-bf16", "native-bf16"])
 def test_auto_precision_becomes_the_trainers_bf16(tmp_path, monkeypatch, native):
     monkeypatch.setattr("vanilla_transformer.precision.native_bf16", lambda device=None: native)
-    args, training = arguments(tmp_path, mixed_precision="auto")
-    assert args.mixed_precision == "auto" and training.bf16 is native
-    _, training = arguments(tmp_path, mixed_precision="no")
-    assert training.bf16 is False
+    args = arguments(tmp_path, mixed_precision="auto")
+    assert args.mixed_precision_setting == "auto" and args.bf16 is native
+    assert arguments(tmp_path, mixed_precision="no").bf16 is False
 
 
 def test_clean_text_keeps_language_and_case():
@@ -172,12 +185,12 @@ def test_metrics_and_confusion_matrix():
 
 
 def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
-    args, training = arguments(tmp_path)
-    results = train_classifier(args, training)
+    results = train(tmp_path)
     assert results["test"]["accuracy"] > 0.8  # trivially separable toy data; chance is 0.5
-    recorded = json.loads((Path(args.run_dir) / "results.json").read_text())["mixed_precision"]
+    recorded = json.loads((Path(results["output_dir"]) / "results.json").read_text())["mixed_precision"]
     assert recorded["setting"] == "no" and recorded["used"] == "no" and recorded["hardware"]
-    folder = Path(args.run_dir) / "model"
+    folder = Path(results["model"])
+    assert folder == tmp_path / "run" / "model"
     assert_draws_confusion_matrix(folder / "confusion_matrix.png", results["test"]["confusion_matrix"])
     model = VanillaTransformerForSequenceClassification.from_pretrained(folder)
     assert model.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}  # labels round-trip through save/load
@@ -201,7 +214,7 @@ def test_trainer_beats_chance_and_pipelines_return_label_names(tmp_path):
     remote = pipeline("text-classification", model=str(folder), trust_remote_code=True)
     assert remote("a boring film")[0]["label"] == classify("a boring film")[0]["label"]
     # Evaluation batches the rows by length; its accuracy is still that of row-by-row predictions.
-    rows = [json.loads(line) for line in gzip.open(args.test_file, "rt")]
+    rows = [json.loads(line) for line in gzip.open(tmp_path / "test.jsonl.gz", "rt")]
     predicted = [p["label"] for p in classify([clean_text(row["text"]) for row in rows], batch_size=1)]
     truth = [model.config.id2label[row["label"]] for row in rows]
     assert results["test"]["accuracy"] == pytest.approx(
@@ -229,22 +242,19 @@ def assert_draws_confusion_matrix(path: Path, confusion: list[list[int]]) -> Non
 
 
 def test_session_minutes_stops_training_and_saves_a_checkpoint(tmp_path):
-    args, training = arguments(tmp_path, session_minutes=0, output_dir=str(tmp_path / "trainer"))
-    results = train_classifier(args, training)
-    assert results["train"]["epoch"] < 0.1  # one update of 60 planned
-    assert sorted(p.name for p in (tmp_path / "trainer").iterdir() if p.name.startswith("checkpoint")) == [
-        "checkpoint-1"
-    ]
+    results = train(tmp_path, session_minutes=0)
+    checkpoints = tmp_path / "run" / "checkpoints" / "train"
+    assert results["updates"] == 1 and results["stopped"] == "session_minutes"  # one update of 60 planned
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint-1"]
+    assert results["checkpoint"] == str(checkpoints / "checkpoint-1")
+    # A session that ends before the run does leaves no model, scores or card: only its checkpoint.
+    assert "test" not in results and not (tmp_path / "run" / "model").exists()
+    assert not (tmp_path / "run" / "results.json").exists()
 
 
 def test_lowercase_run_saves_a_classifier_that_reads_any_casing_alike(tmp_path):
-    args, training = arguments(
-        tmp_path, lowercase=True, session_minutes=0, output_dir=str(tmp_path / "trainer")
-    )
-    train_classifier(args, training)
-    classify = pipeline(
-        "text-classification", model=str(Path(args.run_dir) / "model"), trust_remote_code=True
-    )
+    results = train(tmp_path, lowercase=True, max_steps=1)
+    classify = pipeline("text-classification", model=results["model"], trust_remote_code=True)
     shouted, quiet = classify(["LOVED Every Minute . GREAT ACTING", "loved every minute . great acting"])
     assert shouted["label"] == quiet["label"] and shouted["score"] == pytest.approx(quiet["score"], abs=1e-6)
 
@@ -312,19 +322,25 @@ class RecordTraining(TrainerCallback):
 
 
 def record_training(monkeypatch) -> RecordTraining:
-    """Adds a RecordTraining to the Trainers that pre-training and fine-tuning build (beside their own
+    """Adds a RecordTraining to the Trainers that pre-training and fine-tuning build (beside the run's own
     callbacks)."""
     recorder = RecordTraining()
-    # Pre-training reads the set-up module's function; fine-tuning imported it by name.
-    for module in (pretrain_stage.stage, finetune_stage):
-        own = module.budget_callbacks
-        monkeypatch.setattr(module, "budget_callbacks", lambda args, own=own: [*own(args), recorder])
+    for task in (PretrainingTask, ClassificationTask):
+        own = task.trainer
+
+        def trainer(self, args, setup, model, clock, own=own):
+            built = own(self, args, setup, model, clock)
+            built.add_callback(recorder)
+            return built
+
+        monkeypatch.setattr(task, "trainer", trainer)
     return recorder
 
 
 def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
-    args, training = arguments(tmp_path, "pretrain", num_train_epochs=2)
-    mlm_folder = pretrain(args, training)
+    pretrained = train(tmp_path, "pretraining", num_train_epochs=2)
+    mlm_folder = Path(pretrained["model"])
+    assert mlm_folder == tmp_path / "run" / "mlm" and pretrained["task"] == "masked-lm"
     mlm = VanillaTransformerForMaskedLM.from_pretrained(mlm_folder)
     assert mlm.lm_head.weight is mlm.model.encoder.embed_tokens.weight  # tied to the embeddings
     tokenizer = AutoTokenizer.from_pretrained(mlm_folder)
@@ -350,8 +366,7 @@ def test_mlm_pretraining_then_fine_tuning_and_fill_mask(tmp_path, monkeypatch):
     assert not info["mismatched_keys"]
 
     recorder = record_training(monkeypatch)
-    args, training = arguments(tmp_path, "train", init_from=str(mlm_folder), run_dir=str(tmp_path / "ft"))
-    results = train_classifier(args, training)
+    results = train(tmp_path, init_from=str(mlm_folder), output_dir=str(tmp_path / "ft"))
     assert results["test"]["accuracy"] > 0.8
     # Fine-tuning started from the pre-trained encoder, every tensor of it.
     assert {name for name in recorder.start if name.startswith("model.encoder.")} == encoder_keys
@@ -376,7 +391,7 @@ def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     # as two fresh processes do.
     torch.manual_seed(0)
     straight = record_training(monkeypatch)
-    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(tmp_path / "straight"), **common))
+    train(tmp_path, "pretraining", output_dir=str(tmp_path / "straight"), **common)
     monkeypatch.undo()
     steps = sorted(straight.losses)
     assert steps == list(range(1, len(steps) + 1)) and len(steps) >= 6
@@ -385,16 +400,14 @@ def test_mlm_pretraining_resumes_from_its_checkpoint(tmp_path, monkeypatch):
     torch.manual_seed(0)
     first = record_training(monkeypatch)
     # The same command both times, as a scheduler requeues it: resume: auto starts the run, then continues it.
-    pretrain(
-        *arguments(tmp_path, "pretrain", run_dir=str(folder), session_minutes=0, resume="auto", **common)
-    )
+    train(tmp_path, "pretraining", output_dir=str(folder), session_minutes=0, resume="auto", **common)
     monkeypatch.undo()
     assert first.losses == pytest.approx({1: straight.losses[1]}, abs=1e-6)  # the same run, so far
-    (checkpoint,) = (folder / "trainer-pretrain").glob("checkpoint-*")
+    (checkpoint,) = (folder / "checkpoints" / "pretrain").glob("checkpoint-*")
     assert checkpoint.name == "checkpoint-1"
 
     resumed = record_training(monkeypatch)
-    pretrain(*arguments(tmp_path, "pretrain", run_dir=str(folder), resume="auto", **common))
+    train(tmp_path, "pretraining", output_dir=str(folder), resume="auto", **common)
     assert sorted(resumed.losses) == steps[1:]  # update 1 is not done again, and the run ends where it did
     assert [resumed.rates[step] for step in steps[1:]] == pytest.approx(
         [straight.rates[step] for step in steps[1:]], rel=1e-6
@@ -413,19 +426,20 @@ def test_bad_input_is_named(tmp_path):
     with gzip.open(broken, "wt") as handle:
         handle.write(json.dumps({"review": "no text column", "label": 1}) + "\n")
     with pytest.raises(ValueError, match=r"broken.jsonl.gz line 1: column 'text' is missing"):
-        train_classifier(*arguments(tmp_path, train_file=str(broken)))
+        train(tmp_path, train_file=str(broken))
+    assert not (tmp_path / "run").exists()  # a run that fails on its data takes away the folder it made
     empty = tmp_path / "empty.jsonl.gz"
     with gzip.open(empty, "wt") as handle:
         handle.write(
             json.dumps({"text": "fine", "label": 1}) + "\n" + json.dumps({"text": "  ", "label": 0}) + "\n"
         )
     with pytest.raises(ValueError, match=r"empty.jsonl.gz line 2: 'text' is empty"):
-        train_classifier(*arguments(tmp_path, train_file=str(empty)))
+        train(tmp_path, train_file=str(empty))
     nolabel = tmp_path / "nolabel.jsonl.gz"
     with gzip.open(nolabel, "wt") as handle:
         handle.write(json.dumps({"text": "fine"}) + "\n")
     with pytest.raises(ValueError, match=r"nolabel.jsonl.gz line 1: column 'label' is missing"):
-        train_classifier(*arguments(tmp_path, train_file=str(nolabel)))
+        train(tmp_path, train_file=str(nolabel))
     with pytest.raises(
         ValueError, match=r"Unknown setting\(s\) in --set: learning_rat\. Known settings: .*learning_rate"
     ):
@@ -435,12 +449,13 @@ def test_bad_input_is_named(tmp_path):
 def test_evaluating_labels_outside_num_labels_is_refused(tmp_path):
     tokenizer = train_bpe_tokenizer(POSITIVE + NEGATIVE, vocab_size=300, min_frequency=1)
     folder = _tiny_classifier_folder(tmp_path, tokenizer)
-    three = tmp_path / "three.jsonl.gz"
-    with gzip.open(three, "wt") as handle:
-        handle.write(json.dumps({"text": "fine", "label": 2}) + "\n")
-    args, _ = arguments(tmp_path)
-    with pytest.raises(ValueError, match=r"labels \[2\] are outside the model's num_labels=2"):
-        evaluate_classifier(folder, args, str(three))
+    labelled = Dataset.from_dict({"text": ["fine", "good"], "label": [1, 2]})
+    with pytest.raises(
+        ValueError,
+        match=r"^three.jsonl.gz: labels \[2\] are outside the model's num_labels=2 .* row 2's label 2",
+    ):
+        evaluate_classifier(folder, labelled, source="three.jsonl.gz")
+    assert not (folder / "eval_results.json").exists()  # nothing written
 
 
 @pytest.mark.newest_only  # the script's own report, in its own process; the check is the test's above
@@ -486,15 +501,12 @@ def test_imdb_hub_layout_trains_scores_and_feeds_pretraining_its_unsupervised_sp
         f"---\nconfigs:\n- config_name: plain_text\n  data_files:\n{splits}---\n"
     )
     hub = dict(dataset=str(folder), train_file="train", test_file="test", unlabelled_files=["unsupervised"])
-    args, training = arguments(tmp_path, **hub)
-    results = train_classifier(args, training)
+    results = train(tmp_path, **hub)
     assert results["test"]["examples"] == 60 and results["test"]["accuracy"] > 0.9
     # The card says what the folder's pipeline does with a long text, and how to call it.
-    card = (Path(args.run_dir) / "model" / "README.md").read_text()
-    config = VanillaTransformerForSequenceClassification.config_class.from_pretrained(
-        Path(args.run_dir) / "model"
-    )
+    card = (Path(results["model"]) / "README.md").read_text()
+    config = VanillaTransformerForSequenceClassification.config_class.from_pretrained(results["model"])
     assert LongText.from_config(config).describe() in card and "truncation=True" in card
-    corpus, held_out = pretraining_texts(args, seed=0)
+    corpus, held_out = pretraining_texts(arguments(tmp_path, "pretrain", **hub), seed=0)
     assert "an unlabelled wonderful review" in corpus and held_out
     assert not set(held_out) & set(corpus)

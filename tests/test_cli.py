@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.cli import main
+from vanilla_transformer.metrics import bleu_scores
 from vanilla_transformer.train.translation.arguments import load_arguments
 from vanilla_transformer.train.translation.data import prepare_data
-from vanilla_transformer.train.translation.evaluation import bleu_scores
 
 # -- BLEU ---------------------------------------------------------------------------------------------------
 

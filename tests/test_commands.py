@@ -23,6 +23,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForCausalLM, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
+from vanilla_transformer.train import run as run_module
 from vanilla_transformer.train.common.checkpoints import latest_checkpoint
 from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
@@ -172,34 +173,31 @@ rows:
 @pytest.fixture(scope="module")
 def minutes_study(tmp_path_factory):
     """`ablate --rows A --minutes-per-row 0.05`: the base row and A1 trained, measured and tabulated (C1
-    not selected). Each row's training command runs in this process rather than a fresh Python, to keep
-    the test short (tests/test_ablation.py runs them as subprocesses); returns the folder and the commands."""
+    not selected), each row through the one run in this process; returns the folder and each row's
+    settings."""
     folder = tmp_path_factory.mktemp("ablate")
     (folder / "tiny.yaml").write_text(TINY_RECIPE)
     (folder / "table3.yaml").write_text(STUDY)
-    commands, real_run = [], subprocess.run
+    rows, real_train = [], run_module.train_recipe
 
-    def run_here(command, *args, **kwargs):
-        if command[1:3] != ["-m", "vanilla_transformer.cli"]:
-            return real_run(command, *args, **kwargs)
-        commands.append(command)
-        main(command[3:])
-        return subprocess.CompletedProcess(command, 0)
+    def recorded(recipe, overrides, *args, **kwargs):
+        rows.append(overrides)
+        return real_train(recipe, overrides, *args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(subprocess, "run", run_here)
+        patch.setattr(run_module, "train_recipe", recorded)
         main(["ablate", "--recipe", str(folder / "table3.yaml"), "--rows", "A",
               "--minutes-per-row", str(MINUTES), "--output", str(folder / "runs")])  # fmt: skip
-    return folder, commands
+    return folder, rows
 
 
 @pytest.mark.newest_only  # ablate's orchestration, as tests/test_ablation.py
 def test_minutes_per_row_trains_every_row_for_the_same_minutes(minutes_study):
-    folder, commands = minutes_study
+    folder, settings = minutes_study
     runs = folder / "runs"
-    assert len(commands) == 2 and not (runs / "C1").exists()  # base and A1 only
-    for command in commands:
-        assert f"run_minutes={MINUTES}" in command and "max_steps=1000000000" in command
+    assert len(settings) == 2 and not (runs / "C1").exists()  # base and A1 only
+    for values in settings:
+        assert values["run_minutes"] == MINUTES and values["max_steps"] == 10**9
     table = json.loads((runs / "table3.json").read_text())
     assert [row["name"] for row in table["rows"]] == ["base", "A1"] and table["wall_minutes"] > 0
     for row in table["rows"]:
@@ -231,7 +229,7 @@ def test_collect_measures_the_trained_rows_and_writes_the_table_without_training
     def no_training(*args, **kwargs):
         raise AssertionError(f"--collect trained a row: {args}")
 
-    monkeypatch.setattr(subprocess, "run", no_training)
+    monkeypatch.setattr(run_module, "train_recipe", no_training)
     capsys.readouterr()
     main(["ablate", "--recipe", str(folder / "table3.yaml"), "--rows", "A,C", "--collect",
           "--output", str(runs)])  # fmt: skip

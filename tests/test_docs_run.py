@@ -21,8 +21,8 @@ import pytest
 from conftest import TINY_RUN
 from test_docs_commands import PAGES, shell_lines
 
+from vanilla_transformer.train.run import train
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.trainer import train
 
 # The pages' text is checked once; each command here has its own test, run on both ends of the ranges.
 pytestmark = pytest.mark.newest_only
@@ -56,7 +56,10 @@ NOT_RUN = {
     r"^OMP_NUM_THREADS=1 python3 -m pytest -q -n 2$": "the test suite itself",
     r"^OMP_NUM_THREADS=1 python3 -m pytest -q -n 0 tests/test_\w+\.py( -k \w+)?$": "a file of the test suite itself",
     r"^hf auth login$": "interactive, and the Hub is not reachable here",
-    r"vanilla-transformer train( |$)": "trains for minutes to an hour (the quick-start job's 800 updates, the Multi30k recipes)",
+    r"vanilla-transformer train( |$)": (
+        "trains for minutes to hours (the quick-start job's 800 updates, the Multi30k, IMDB and causal-LM "
+        "recipes); tests/test_run.py trains the causal-LM recipe on a few texts"
+    ),
     r"vanilla-transformer classify (train|pretrain) ": "trains on IMDB for 25 minutes to 2 hours",
     r"VT_DATA_DIR=\S+ vanilla-transformer (evaluate|classify evaluate) ": (
         "scores a trained model on a whole test split (thousands of beam searches)"
@@ -65,7 +68,7 @@ NOT_RUN = {
         "reads a Hub data set: tests/test_readme_hub_path.py runs the README's Hub path offline, on local "
         "folders laid out as the Hub's copies"
     ),
-    r"nsmc_supervised\.yaml": (
+    r"nsmc_supervised(\.yaml)?\b": (
         "reads NSMC from the Hub or the release's files; tests/test_nsmc.py runs the recipe on local copies "
         "of both layouts"
     ),
@@ -85,6 +88,7 @@ NOT_RUN = {
     r"^python training/plot_pretraining\.py": "plots the logs of two pre-training runs of 2 hours",
     r"^accelerate launch --multi_gpu": "eight GPUs",
     r"^python -m benchmarks\.gpu_check --out": "needs a GPU; its dry run is tests/test_gpu_check.py",
+    r"^python -m benchmarks\.gpu_check --sections": "needs a GPU; tests/test_gpu_check.py runs --sections",
     r"^python -m benchmarks\.gpu_check --dry-run": "runs in tests/test_gpu_check.py (the whole check, at tiny sizes)",
 }
 

@@ -25,11 +25,12 @@ from safetensors.torch import load_file
 from vanilla_transformer import VanillaTransformerForSequenceClassification
 from vanilla_transformer.cli import main
 from vanilla_transformer.train.classification import finetune
+from vanilla_transformer.train.classification import task as classification_task
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
-from vanilla_transformer.train.classification.finetune import train_classifier
-from vanilla_transformer.train.translation import trainer as translation_trainer
+from vanilla_transformer.train.run import train
+from vanilla_transformer.train.tasks import get_task
+from vanilla_transformer.train.translation import task as translation_task
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.trainer import train
 
 
 def record_start(monkeypatch, module, name: str) -> dict:
@@ -88,7 +89,7 @@ def first_loss(run: Path) -> float:
 def test_translation_starts_from_the_parents_weights_tokenizer_and_architecture(
     translation_model, trained_run, tmp_path, monkeypatch
 ):
-    started = record_start(monkeypatch, translation_trainer, "build_model")
+    started = record_start(monkeypatch, translation_task, "build_model")
     no_new_vocabulary(monkeypatch)
     run = tmp_path / "run"
     settings = fine_tuning(run, translation_model) | {"model.dropout": 0.3, "model.d_model": 32}
@@ -225,7 +226,7 @@ def classifying(tmp_path: Path, parent: Path, classes: int = 2, **extra):
         validation_size=8,
         max_length=32,
         mixed_precision="no",
-        run_dir=str(tmp_path / "run"),
+        output_dir=str(tmp_path / "run"),
         num_train_epochs=1,
         per_device_train_batch_size=16,
         learning_rate=0.003,
@@ -234,13 +235,13 @@ def classifying(tmp_path: Path, parent: Path, classes: int = 2, **extra):
         save_strategy="no",
         eval_strategy="no",
     )
-    return load_classification_arguments(None, values | extra, "train")
+    return get_task("classification").load_arguments(None, values | extra)
 
 
 def test_a_classifier_starts_from_a_translation_models_encoder(translation_model, tmp_path, monkeypatch):
-    started = record_start(monkeypatch, finetune, "build_classifier")
+    started = record_start(monkeypatch, classification_task, "build_classifier")
     no_new_vocabulary(monkeypatch)
-    train_classifier(*classifying(tmp_path, translation_model))
+    train(classifying(tmp_path, translation_model))
 
     assert same_tensors(started, translation_model / "model.safetensors", "model.encoder.") > 10
     assert not any(name.startswith("model.decoder.") for name in started)
@@ -262,11 +263,11 @@ def test_a_classifier_starts_from_a_translation_models_encoder(translation_model
 def test_a_classifier_parent_keeps_its_head_only_for_its_own_labels(
     classifier_folder, tmp_path, monkeypatch, classes, names, keeps_head
 ):
-    started = record_start(monkeypatch, finetune, "build_classifier")
+    started = record_start(monkeypatch, classification_task, "build_classifier")
     warnings = []
     monkeypatch.setattr(finetune.logger, "warning", warnings.append)
     extra = {"class_names": names} if names else {}
-    train_classifier(*classifying(tmp_path, classifier_folder, classes, **extra))
+    train(classifying(tmp_path, classifier_folder, classes, **extra))
 
     same_tensors(started, classifier_folder / "model.safetensors", "model.encoder.")
     parent_head = load_file(classifier_folder / "model.safetensors")["classifier.weight"]
@@ -280,9 +281,9 @@ def test_a_classifier_parent_keeps_its_head_only_for_its_own_labels(
 def test_a_classification_recipe_that_disagrees_is_refused_and_pretraining_takes_no_parent(
     classifier_folder, tmp_path
 ):
-    args, training = classifying(tmp_path, classifier_folder, **{"model.d_model": 64, "vocab_size": 300})
+    args = classifying(tmp_path, classifier_folder, **{"model.d_model": 64, "vocab_size": 300})
     with pytest.raises(ValueError) as refused:
-        train_classifier(args, training)
+        train(args)
     assert f"model.d_model: 64 (the recipe) vs 16 ({classifier_folder})" in str(refused.value)
     assert "vocab_size: 300 (the recipe) vs 99" in str(refused.value)
     assert not (tmp_path / "run").exists()
@@ -294,9 +295,9 @@ def test_a_resumed_classification_run_reads_its_checkpoint_not_the_parent(classi
     parent = tmp_path / "parent"
     shutil.copytree(classifier_folder, parent)
     # session_minutes=0: stopped after the first update, with a checkpoint (its tokenizer included).
-    train_classifier(*classifying(tmp_path, parent, session_minutes=0, num_train_epochs=2))
+    train(classifying(tmp_path, parent, session_minutes=0, num_train_epochs=2))
     assert json.loads((tmp_path / "run" / "run.json").read_text())["train"]["status"] == "stopped"
     parent.rename(tmp_path / "gone")
-    train_classifier(*classifying(tmp_path, parent, resume="true", num_train_epochs=2))
+    train(classifying(tmp_path, parent, resume="true", num_train_epochs=2))
     record = json.loads((tmp_path / "run" / "run.json").read_text())["train"]
     assert record["status"] == "finished" and record["updates"] > 1

@@ -198,7 +198,7 @@ def _classify(stage, tmp_path, *settings):
     return [
         "classify",
         stage,
-        f"--set=run_dir={tmp_path / 'run'}",
+        f"--set=output_dir={tmp_path / 'run'}",
         "--set=vocab_size=300",
         "--set=max_length=16",
         "--set=validation_size=2",

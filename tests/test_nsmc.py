@@ -1,4 +1,4 @@
-"""NSMC (Naver Sentiment Movie Corpus), Korean movie reviews: training/configs/nsmc_supervised.yaml on a
+"""NSMC (Naver Sentiment Movie Corpus), Korean movie reviews: the shipped recipe nsmc_supervised.yaml on a
 small copy the tests write in each of NSMC's layouts: the Hub's Parquet conversion of ``e9t/nsmc`` (read
 through the ``load_dataset`` call the Hub id takes), the release's tab-separated ``ratings_*.txt``, and a
 user's JSON Lines, comma-separated and parquet files. Columns ``id``, ``document``, ``label``; a few
@@ -20,7 +20,7 @@ from vanilla_transformer.train.classification import data as classification_data
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
 from vanilla_transformer.train.classification.data import load_labelled, training_and_validation
 
-RECIPE = Path(__file__).parent.parent / "training" / "configs" / "nsmc_supervised.yaml"
+RECIPE = Path(__file__).parent.parent / "vanilla_transformer" / "recipes" / "nsmc_supervised.yaml"
 
 # Reviews written for these tests, in the manner of NSMC's: short, colloquial, compatibility jamo ("ㅋㅋ",
 # "ㅠㅠ"), an emoji, quotes (two open a review, one of them never closed), English and digits among the Hangul.
@@ -146,8 +146,7 @@ def write_own_files(folder: Path) -> Path:
 
 
 def recipe_arguments(**overrides):
-    args, _ = load_classification_arguments(str(RECIPE), overrides, "train")
-    return args
+    return load_classification_arguments(str(RECIPE), overrides, "train")
 
 
 # Tiny sizes for the recipe's own settings: a 1-layer encoder of width 32, short reviews, 40 epochs of the
@@ -194,7 +193,7 @@ def nsmc_run(tmp_path_factory):
     hub = write_hub_layout(data / "hub")
     write_release_files(data / "nsmc")
     run = data / "run"
-    run_recipe("train", **TINY, dataset=hub, run_dir=run)
+    run_recipe("train", **TINY, dataset=hub, output_dir=run)
     return data, run, json.loads((run / "results.json").read_text())
 
 
@@ -278,11 +277,11 @@ def test_a_wrong_column_name_is_an_error_naming_it_and_the_columns(layout, tmp_p
             "train_file": "nsmc/ratings_train.txt",
             "test_file": "null",
         }
-    settings = {**data, "text_column": "review", "run_dir": tmp_path / "run", "report_to": "none"}
+    settings = {**data, "text_column": "review", "output_dir": tmp_path / "run", "report_to": "none"}
     with pytest.raises(SystemExit) as raised:
         run_recipe("train", **settings)
     assert "column 'review' is missing; the rows have ['id', 'document', 'label']" in str(raised.value)
-    assert not (tmp_path / "run").exists()  # refused before the run folder is made
+    assert not (tmp_path / "run").exists()  # refused: the run takes away the folder it made
 
 
 def test_a_missing_release_file_is_named_before_any_work(tmp_path):
@@ -290,7 +289,7 @@ def test_a_missing_release_file_is_named_before_any_work(tmp_path):
     with pytest.raises(
         SystemExit, match=r"No such file: train_file=\S*nsmc/ratings_train.txt; test_file=\S*/test "
     ):
-        run_recipe("train", **settings, run_dir=tmp_path / "run")
+        run_recipe("train", **settings, output_dir=tmp_path / "run")
 
 
 def test_the_recipe_trains_saves_and_scores_a_classifier_of_korean_reviews(nsmc_run, monkeypatch):

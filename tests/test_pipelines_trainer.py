@@ -185,7 +185,7 @@ def test_seq2seq_trainer_fine_tunes_a_saved_checkpoint_scored_by_generated_bleu(
         Seq2SeqTrainingArguments,
     )
 
-    from vanilla_transformer.train.translation.evaluation import bleu_metric
+    from vanilla_transformer.metrics import bleu_metric
 
     model = AutoModelForSeq2SeqLM.from_pretrained(translation_folder)
     sentences = CORPUS[:4]  # a copy task: target = source

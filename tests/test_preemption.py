@@ -140,14 +140,14 @@ def test_a_signal_stops_classification_with_a_checkpoint_and_resume_continues_it
     common = dict(num_train_epochs=500, save_strategy="steps", save_steps=5, logging_steps=1)
     arguments = ["classify", "train", *(f"--set={s}" for s in classification_settings(tmp_path, **common))]
     process = start(arguments, folder)
-    wait_until(lambda: bool(checkpoint_dirs(folder / "trainer-train")), process)
+    wait_until(lambda: bool(checkpoint_dirs(folder / "checkpoints" / "train")), process)
     process.send_signal(signal.SIGTERM)
     code, stderr = finish(process)
     assert code == 128 + signal.SIGTERM
     line = last_line(stderr)
     assert line.startswith("Stopped by SIGTERM after update "), stderr[-2000:]
     stopped = int(line.split("after update ")[1].split()[0])
-    latest = checkpoint_dirs(folder / "trainer-train")[-1]
+    latest = checkpoint_dirs(folder / "checkpoints" / "train")[-1]
     assert checkpoint_step(latest) == stopped and damage(latest) is None
     assert record(folder)["train"]["status"] == "interrupted"
     assert not (folder / "model").exists()  # an interrupted run leaves no final model
@@ -183,3 +183,52 @@ def test_two_processes_stop_together_and_a_resume_on_one_is_refused(tmp_path):
     assert str(checkpoint_step(checkpoint)) in stops and damage(checkpoint) is None
     with pytest.raises(ValueError, match=r"settings differ .*world_size: 2 -> 1"):
         run(tmp_path, "two", model=MODEL, resume=True, max_steps=LONG, **SETTINGS)
+
+
+def worker_pids(launcher) -> dict[int, int]:
+    """The workers of an ``accelerate launch`` process, by rank (its children, with ``RANK`` set)."""
+    workers = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                not entry.name.isdigit()
+                or int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != launcher.pid
+            ):
+                continue
+            rank = [
+                item for item in (entry / "environ").read_bytes().split(b"\0") if item.startswith(b"RANK=")
+            ]
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if rank:
+            workers[int(rank[0][len(b"RANK=") :])] = int(entry.name)
+    return workers
+
+
+def test_a_worker_whose_own_signal_comes_after_the_agreement_stops_with_the_other(tmp_path):
+    """Each worker gets its own copy of the signal (from ``accelerate launch``, or from SLURM), not always at
+    once: here rank 0's first, and rank 1's only once their checkpoint is being written, after rank 0's
+    signal has reached it through the agreement. That copy is rank 1's first signal, not a second one (before:
+    rank 1 stopped at once, rank 0's barrier failed on the vanished peer, and no checkpoint was published)."""
+    folder = tmp_path / "two"
+    process = start(train_command(folder), folder, prefix=TWO_PROCESS_LAUNCH)
+    wait_until(lambda: log_rows(folder) >= 3, process, timeout=300)
+    workers = worker_pids(process)
+    assert sorted(workers) == [0, 1], workers
+    os.kill(workers[0], signal.SIGTERM)
+    root = folder / "checkpoints"
+    wait_until(lambda: root.is_dir() and any(root.iterdir()), process, timeout=120)  # staged, or published
+    try:
+        os.kill(workers[1], signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # already done with its part
+    code, stderr = finish(process)
+    assert code != 0
+    stops = [line for line in stderr.splitlines() if line.startswith("Stopped by SIGTERM after update ")]
+    assert stops, "\n".join(line for line in stderr.splitlines() if "Training:" not in line)[-8000:]
+    # (rank 1's own line may be missing: once rank 0 has exited, the launcher stops rank 1 with a SIGTERM of
+    # its own, which ends it at once; by then the two are done with each other)
+    assert "Connection reset" not in stderr, stderr[-8000:]
+    (checkpoint,) = checkpoint_dirs(root)
+    assert damage(checkpoint) is None
+    assert {int(line.split("after update ")[1].split()[0]) for line in stops} == {checkpoint_step(checkpoint)}

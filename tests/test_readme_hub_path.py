@@ -153,8 +153,9 @@ def run_line(line: str, local: dict, monkeypatch, capsys) -> str:
     argv = shlex.split(line, comments=True)
     assert argv[0] == "vanilla-transformer", line
     argv = argv[1:]
-    tiny = TINY.get(argv[0]) if argv[:2] != ["classify", "evaluate"] else None
-    if tiny and (argv[0] == "train" or argv[1] == "train"):
+    if argv[0] == "train" or argv[:2] == ["classify", "train"]:  # tiny settings of the recipe's task
+        recipe = argv[argv.index("--recipe") + 1] if "--recipe" in argv else ""
+        tiny = TINY["classify" if re.match(r"(imdb|nsmc)_", Path(recipe).name) else "train"]
         argv += [f"--set={key}={value}" for key, value in tiny.items()]
     if stdin is not None:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode())))

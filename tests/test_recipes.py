@@ -1,4 +1,4 @@
-"""The shipped recipes: every file under training/configs parses with the loader of its
+"""The shipped recipes: every file under vanilla_transformer/recipes parses with the loader of its
 kind; ``mixed_precision: auto`` resolves as the README's "Mixed precision (bf16)" section documents; and a
 seconds-long bf16 run lowers the loss and saves a folder that loads and generates in fp32."""
 
@@ -12,11 +12,13 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer.precision import resolve_mixed_precision
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
+from vanilla_transformer.train.common.recipes import read_recipe
+from vanilla_transformer.train.run import train
+from vanilla_transformer.train.tasks import get_task
 from vanilla_transformer.train.translation.ablation import read_study
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.trainer import train
 
-CONFIGS = Path(__file__).parent.parent / "training" / "configs"
+CONFIGS = Path(__file__).parent.parent / "vanilla_transformer" / "recipes"
 RECIPES = sorted(CONFIGS.glob("*.yaml"))  # a new recipe is covered without editing this file
 
 # -- every shipped recipe parses ------------------------------------------------------------------------------
@@ -26,9 +28,15 @@ def _translation(path: Path) -> list[str]:
     return [load_arguments(str(path)).mixed_precision_setting]
 
 
-def _classification(path: Path) -> list[str]:
-    args, _ = load_classification_arguments(str(path), {}, "train")
-    return [args.mixed_precision]
+TEXT_TASKS = ("classification", "masked-lm", "electra", "causal-lm")
+
+
+def _text_task(path: Path) -> list[str]:
+    """The loader of the text task the recipe names (classification's where it names none of them: a
+    translation recipe, whose keys it refuses)."""
+    named = read_recipe(path).get("task")
+    args = get_task(named if named in TEXT_TASKS else "classification").load_arguments(str(path), {})
+    return [args.mixed_precision_setting]
 
 
 def _study(path: Path) -> list[str]:
@@ -42,7 +50,7 @@ def _study(path: Path) -> list[str]:
 
 LOADERS = {  # kind -> (what reads it, the mixed_precision setting of each run it makes)
     "translation (vanilla-transformer train)": _translation,
-    "classification (vanilla-transformer classify)": _classification,
+    "text tasks (vanilla-transformer train: classification, masked-lm, electra, causal-lm)": _text_task,
     "Table 3 study (vanilla-transformer ablate)": _study,
 }
 
@@ -204,8 +212,7 @@ def test_the_default_tracker_is_tensorboard_only_where_it_is_installed(monkeypat
     )
     expected = [] if not installed else ["tensorboard"]  # the trainer's list of trackers: both tasks
     assert load_arguments(None, {}).report_to == expected
-    _, training = load_classification_arguments(None, {}, "train")
-    assert training.report_to == expected
+    assert load_classification_arguments(None, {}, "train").report_to == expected
 
 
 # Once: the recipe's own settings. Its data layout's load_dataset call and the training it runs are
@@ -219,7 +226,6 @@ def test_the_wmt14_base_recipe_states_the_papers_setup_and_runs_three_updates_on
     import pandas as pd
 
     from vanilla_transformer.train.translation.synthetic import synthetic_pairs
-    from vanilla_transformer.train.translation.trainer import train
 
     recipe = str(CONFIGS / "wmt14_en_de_base.yaml")
     args = load_arguments(recipe)

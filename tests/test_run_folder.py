@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_classification import arguments as classification_arguments
+from test_classification import train as train_classification
 from test_preemption import finish, start, train_command
 from test_training import logged_losses, run
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.classification.finetune import train_classifier
 from vanilla_transformer.train.common.checkpoints import checkpoint_dirs, damage
 
 SHORT = dict(max_steps=2, save_steps=1, eval_steps=1000)
@@ -118,17 +117,13 @@ def test_classification_refuses_an_unasked_resume_and_a_resume_with_another_mode
     """Before: the same command with a bigger model resumed the old run unasked and died on a size
     mismatch. Now the folder's run is named, and a resume names the changed field."""
     saving = dict(save_strategy="steps", save_steps=5, max_steps=10)
-    train_classifier(*classification_arguments(tmp_path, **saving))
+    train_classification(tmp_path, **saving)
     folder = tmp_path / "run"
     before = fingerprint(folder)
     with pytest.raises(ValueError, match=r"already holds a run \(finished, at update 10"):
-        train_classifier(*classification_arguments(tmp_path, **{**saving, "model.d_model": 64}))
+        train_classification(tmp_path, **{**saving, "model.d_model": 64})
     with pytest.raises(ValueError, match=r"settings differ .*model\.d_model: 32 -> 64"):
-        train_classifier(
-            *classification_arguments(
-                tmp_path, resume="true", **{**saving, "max_steps": 20, "model.d_model": 64}
-            )
-        )
+        train_classification(tmp_path, resume="true", **{**saving, "max_steps": 20, "model.d_model": 64})
     assert fingerprint(folder) == before
 
 
@@ -137,8 +132,8 @@ def test_classification_resume_passes_over_a_half_written_checkpoint(tmp_path, c
     trainer_state.json``. A folder without its trainer state is no checkpoint, a damaged one is named and
     passed over: the run resumes from the newest intact one."""
     saving = dict(save_strategy="steps", save_steps=5, max_steps=10, session_minutes=0)
-    train_classifier(*classification_arguments(tmp_path, **saving))  # stopped after update 1, with its save
-    root = tmp_path / "run" / "trainer-train"
+    train_classification(tmp_path, **saving)  # stopped after update 1, with its save
+    root = tmp_path / "run" / "checkpoints" / "train"
     (good,) = checkpoint_dirs(root)
     half = root / "checkpoint-99999"
     half.mkdir()
@@ -149,11 +144,11 @@ def test_classification_resume_passes_over_a_half_written_checkpoint(tmp_path, c
     (damaged / "trainer_state.json").write_text(json.dumps({**state, "global_step": 50000}))
     capsys.readouterr()
     resumed = dict(save_strategy="steps", save_steps=5, max_steps=10, resume="true")
-    results = train_classifier(*classification_arguments(tmp_path, **resumed))
+    results = train_classification(tmp_path, **resumed)
     printed = capsys.readouterr().out
     assert "checkpoint-50000 is damaged (trainer_state.json has " in printed
     assert f"Resuming from {good}." in printed
-    assert results["train"]["epoch"] > 0 and status(tmp_path / "run") == "finished"
+    assert results["updates"] == 10 and status(tmp_path / "run") == "finished"
 
 
 def test_classification_skips_an_update_whose_loss_is_not_finite(tmp_path, monkeypatch, caplog):
@@ -170,7 +165,7 @@ def test_classification_skips_an_update_whose_loss_is_not_finite(tmp_path, monke
         return output
 
     monkeypatch.setattr(modeling.VanillaTransformerForSequenceClassification, "forward", nan_at_the_third)
-    train_classifier(*classification_arguments(tmp_path, max_steps=5))
+    train_classification(tmp_path, max_steps=5)
     skipped = [record.getMessage() for record in caplog.records if "skipped:" in record.getMessage()]
     assert len(skipped) == 1 and skipped[0].startswith("Update 3 skipped: the loss is not finite (nan)")
     weights = load_file(tmp_path / "run" / "model" / "model.safetensors")

@@ -17,6 +17,8 @@ from transformers.utils import logging as transformers_logging
 
 from vanilla_transformer import VanillaTransformerForMaskedLM
 from vanilla_transformer.classification_pipeline import LongText, clean_text, encode_long_texts
+from vanilla_transformer.evaluation import predict_texts
+from vanilla_transformer.metrics import classification_metrics
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
 from vanilla_transformer.train.classification.data import (
     load_labelled,
@@ -24,16 +26,12 @@ from vanilla_transformer.train.classification.data import (
     split_validation,
     training_and_validation,
 )
-from vanilla_transformer.train.classification.evaluate import (
-    classification_metrics,
-    evaluate_classifier,
-    predict_texts,
-)
-from vanilla_transformer.train.classification.finetune import train_classifier
-from vanilla_transformer.train.classification.pretrain import pretrain
+from vanilla_transformer.train.classification.evaluate import evaluate_on_recipe_data
 from vanilla_transformer.train.classification.setup import classification_tokenizer
 from vanilla_transformer.train.common.budget import budget_schedule
 from vanilla_transformer.train.common.recipes import parse_overrides
+from vanilla_transformer.train.run import TrainLog, train
+from vanilla_transformer.train.tasks import get_task
 
 TINY_ENCODER = {"d_model": 32, "d_ff": 64, "num_heads": 4, "num_encoder_layers": 2, "dropout": 0.0}
 
@@ -45,13 +43,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def arguments(tmp_path, stage="train", **values):
-    """``ClassificationArguments`` and ``TrainingArguments`` as ``--set key=value`` gives them."""
+def overrides(tmp_path, **values) -> dict:
+    """A tiny run's settings in ``tmp_path / "run"``, as ``--set key=value`` gives them."""
     settings = dict(
         vocab_size=300,
         max_length=32,
         mixed_precision="no",
-        run_dir=str(tmp_path / "run"),
+        output_dir=str(tmp_path / "run"),
         report_to="none",
         use_cpu=True,
         save_strategy="no",
@@ -65,7 +63,22 @@ def arguments(tmp_path, stage="train", **values):
     pairs = [
         f"{key}={json.dumps(value) if isinstance(value, list) else value}" for key, value in settings.items()
     ]
-    return load_classification_arguments(None, parse_overrides(pairs), stage)
+    return parse_overrides(pairs)
+
+
+def arguments(tmp_path, stage="train", **values):
+    """``ClassificationArguments`` (a ``TrainingArguments``) as ``--set key=value`` gives them."""
+    return load_classification_arguments(None, overrides(tmp_path, **values), stage)
+
+
+def task_arguments(tmp_path, task="classification", **values):
+    """The arguments of a run of ``task`` (``train(args)`` runs it), as ``--set key=value`` gives them."""
+    return get_task(task).load_arguments(None, overrides(tmp_path, **values))
+
+
+def log_rows(folder, name="pretrain_log.jsonl") -> list[dict]:
+    """A run's training log: one row per logged update."""
+    return [json.loads(line) for line in (Path(folder) / name).read_text().splitlines()]
 
 
 # -- 1. validation held out of the training file -----------------------------------------------------
@@ -79,14 +92,14 @@ def test_validation_split_is_disjoint_deterministic_and_sized(tmp_path):
     texts += [texts[i] for i in range(0, 60, 3)]  # 20 reviews appear twice
     rng.shuffle(texts)
     train_file = write_jsonl(tmp_path / "train.jsonl.gz", [{"text": t, "label": len(t) % 2} for t in texts])
-    args, _ = arguments(tmp_path, train_file=str(train_file))
+    args = arguments(tmp_path, train_file=str(train_file))
     data = load_labelled(args, args.train_file)
 
-    train, validation = split_validation(data, 12, seed=0, text_column="text")
-    seen = {clean_text(t) for t in train["text"]}
+    training, validation = split_validation(data, 12, seed=0, text_column="text")
+    seen = {clean_text(t) for t in training["text"]}
     held = {clean_text(t) for t in validation["text"]}
     assert len(held) == 12 and not seen & held
-    assert len(train) + len(validation) == len(data) == 80  # every row on exactly one side
+    assert len(training) + len(validation) == len(data) == 80  # every row on exactly one side
     assert split_validation(data, 12, seed=0, text_column="text")[1]["text"] == validation["text"]
     assert set(split_validation(data, 12, seed=1, text_column="text")[1]["text"]) != set(validation["text"])
     assert len(set(split_validation(data, 0.25, seed=0, text_column="text")[1]["text"])) == 15  # of 60
@@ -104,7 +117,7 @@ def test_validation_runs_hold_out_whole_subjects_with_the_label_balance(tmp_path
             rows += [{"text": f"movie {label}-{movie} review {k}", "label": label} for k in range(10)]
     rows.append(dict(rows[5]))  # a repeated review
     train_file = write_jsonl(tmp_path / "train.jsonl.gz", rows)
-    args, training = arguments(
+    args = arguments(
         tmp_path, train_file=str(train_file), test_file="null", validation_size=80, validation_runs=4
     )
     data = load_labelled(args, args.train_file)
@@ -112,14 +125,14 @@ def test_validation_runs_hold_out_whole_subjects_with_the_label_balance(tmp_path
     def movie(text):
         return text.split(" review")[0]
 
-    train, validation = training_and_validation(args, training.seed)
-    assert len(set(validation["text"])) == 80 and not set(train["text"]) & set(validation["text"])
-    assert len(train) + len(validation) == len(data)
+    training, validation = training_and_validation(args, args.seed)
+    assert len(set(validation["text"])) == 80 and not set(training["text"]) & set(validation["text"])
+    assert len(training) + len(validation) == len(data)
     assert sum(validation["label"]) == 40  # two runs of 20 from each label
     held_movies = {movie(t) for t in validation["text"]}
-    shared = held_movies & {movie(t) for t in train["text"]}
+    shared = held_movies & {movie(t) for t in training["text"]}
     assert len(shared) <= 2 * 4 and len(held_movies) - len(shared) >= 4  # only runs' ends can cut a movie
-    one_by_one = split_validation(data, 80, training.seed, "text")[1]
+    one_by_one = split_validation(data, 80, args.seed, "text")[1]
     assert len({movie(t) for t in one_by_one["text"]}) > len(held_movies) + 20  # texts drawn apart
     assert split_validation(data, 80, 0, "text", runs=4)[1]["text"] == validation["text"]
     assert set(split_validation(data, 80, 1, "text", runs=4)[1]["text"]) != set(validation["text"])
@@ -136,7 +149,7 @@ def test_pretraining_leaves_out_validation_and_test_texts(tmp_path):
     test_rows = [{"text": f"test review {i}", "label": i % 2} for i in range(10)]
     unlabelled = [{"text": "test review 3", "label": -1}, {"text": "unlabelled review", "label": -1}]
     unlabelled += [{"text": row["text"], "label": -1} for row in train_rows]  # as IMDB's repeats some
-    args, training = arguments(
+    args = arguments(
         tmp_path,
         "pretrain",
         train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", train_rows)),
@@ -144,10 +157,10 @@ def test_pretraining_leaves_out_validation_and_test_texts(tmp_path):
         unlabelled_files=[str(write_jsonl(tmp_path / "unsup.jsonl.gz", unlabelled))],
         validation_size=8,
     )
-    corpus, held_out = pretraining_texts(args, training.seed)
-    _, validation = split_validation(load_labelled(args, args.train_file), 8, training.seed, "text")
+    corpus, held_out = pretraining_texts(args, args.seed)
+    _, validation = split_validation(load_labelled(args, args.train_file), 8, args.seed, "text")
     assert sorted(held_out) == sorted(validation["text"])
-    assert sorted(held_out) == sorted(training_and_validation(args, training.seed)[1]["text"])
+    assert sorted(held_out) == sorted(training_and_validation(args, args.seed)[1]["text"])
     assert not set(corpus) & set(held_out)
     assert "test review 3" not in corpus and "unlabelled review" in corpus
     assert len(corpus) == 2 * (40 - 8) + 1
@@ -215,8 +228,8 @@ def test_pipeline_predicts_what_classify_evaluate_scores_on_long_reviews(tmp_pat
     texts = [row["text"] for row in rows]
     folder = random_classifier_folder(tmp_path, texts, **reading)
     assert json.loads((folder / "config.json").read_text())["custom_pipelines"]["text-classification"]
-    args, _ = arguments(tmp_path)
-    metrics = evaluate_classifier(folder, args, str(test_file))
+    args = arguments(tmp_path)
+    metrics = evaluate_on_recipe_data(folder, args, str(test_file))
 
     classify = pipeline("text-classification", model=str(folder), trust_remote_code=True)
     assert type(classify).__name__ == "LongTextClassificationPipeline"
@@ -285,7 +298,7 @@ def test_training_with_windows_validates_per_review_and_saves_the_reading(tmp_pa
     """`long_text: windows`: training reads every window, validation scores each held-out review once
     (the mean of its windows' logits, as the pipeline), and the saved config carries the reading."""
     rows = long_reviews(48, seed=2, words=30)
-    args, training = arguments(
+    args = task_arguments(
         tmp_path,
         train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", rows)),
         test_file="null",
@@ -295,18 +308,18 @@ def test_training_with_windows_validates_per_review_and_saves_the_reading(tmp_pa
         window_stride=10,
         num_train_epochs=1,
     )
-    results = train_classifier(args, training)
-    folder = Path(args.run_dir) / "model"
+    results = train(args)
+    folder = Path(results["model"])
     config = json.loads((folder / "config.json").read_text())
     assert (config["classifier_long_text"], config["classifier_max_length"]) == ("windows", 16)
     assert config["classifier_window_stride"] == 10
-    evaluated = evaluate_classifier(folder, args, split="validation", seed=training.seed)
+    evaluated = evaluate_on_recipe_data(folder, args, split="validation")  # held out for args.seed
     assert evaluated["examples"] == 12
     assert results["validation"]["eval_accuracy"] == pytest.approx(evaluated["accuracy"])
     assert results["validation"]["eval_f1"] == pytest.approx(evaluated["f1"])
     assert (folder / "eval_results-validation.json").is_file()
     with pytest.raises(ValueError, match="not both"):
-        evaluate_classifier(folder, args, args.train_file, split="validation")
+        evaluate_on_recipe_data(folder, args, args.train_file, split="validation")
     assert evaluated["long_text"] == {
         "strategy": "windows",
         "max_length": 16,
@@ -339,20 +352,20 @@ def test_resuming_masked_lm_pretraining_warns_of_no_missing_tied_weight(tmp_path
         test_file="null",
         validation_size=4,
         max_steps=3,
-        output_dir=str(tmp_path / "trainer"),
     )
-    pretrain(*arguments(tmp_path, "pretrain", session_minutes=0, **values))  # stops after step 1, saved
-    assert (tmp_path / "trainer" / "checkpoint-1").is_dir()
+    checkpoint = tmp_path / "run" / "checkpoints" / "pretrain" / "checkpoint-1"
+    train(task_arguments(tmp_path, "masked-lm", session_minutes=0, **values))  # stops after step 1, saved
+    assert checkpoint.is_dir()
     logger, records = transformers_logging.get_logger("transformers"), RecordLogs()
     verbosity = transformers_logging.get_verbosity()
     transformers_logging.set_verbosity_info()
     logger.addHandler(records)
     try:
-        folder = pretrain(*arguments(tmp_path, "pretrain", resume="true", **values))
+        folder = train(task_arguments(tmp_path, "masked-lm", resume="true", **values))["model"]
     finally:
         logger.removeHandler(records)
         transformers_logging.set_verbosity(verbosity)
-    loading = f"Loading model from {tmp_path / 'trainer' / 'checkpoint-1'}."  # it resumed
+    loading = f"Loading model from {checkpoint}."  # it resumed
     assert ("transformers.trainer", logging.INFO, loading) in records.messages
     assert [entry for entry in records.messages if entry[1] >= logging.WARNING] == []
     mlm, info = VanillaTransformerForMaskedLM.from_pretrained(folder, output_loading_info=True)
@@ -426,7 +439,7 @@ def test_tokenizer_trained_on_korean_reviews_gives_them_back(tmp_path):
     rows = [{"text": text, "label": 1} for text in KOREAN_POSITIVE] + [
         {"text": text, "label": 0} for text in KOREAN_NEGATIVE
     ]
-    args, _ = arguments(tmp_path, vocab_size=1000)
+    args = arguments(tmp_path, vocab_size=1000)
     texts = [row["text"] for row in rows]
     tokenizer = classification_tokenizer(args, texts)
     unseen = "처음 보는 단어들: 뮤지컬 애니메이션 ㅋㅋ ㅎㅎ ㅜㅜ"
@@ -443,7 +456,7 @@ def test_tokenizer_trained_on_korean_reviews_gives_them_back(tmp_path):
 def test_long_korean_text_is_read_head_and_tail_or_in_windows(tmp_path, strategy):
     """A Korean review of many times max_length tokens: head + tail keeps its first and last tokens,
     windows cover every token, no view is longer than max_length, and each ends in </s>."""
-    args, _ = arguments(tmp_path, vocab_size=1000)
+    args = arguments(tmp_path, vocab_size=1000)
     tokenizer = classification_tokenizer(args, KOREAN_POSITIVE + KOREAN_NEGATIVE)
     text = " ".join(KOREAN_POSITIVE + KOREAN_NEGATIVE)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -477,7 +490,7 @@ def test_korean_classifier_trains_and_its_pipeline_classifies_korean_anywhere(tm
 
     test_rows = korean_reviews(40, seed=1)
     test_rows.append({"text": " ".join(KOREAN_POSITIVE), "label": 1})  # longer than max_length
-    args, training = arguments(
+    args = task_arguments(
         tmp_path,
         train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", korean_reviews(240, seed=0))),
         test_file=str(write_jsonl(tmp_path / "test.jsonl.gz", test_rows)),
@@ -488,9 +501,9 @@ def test_korean_classifier_trains_and_its_pipeline_classifies_korean_anywhere(tm
         learning_rate=0.003,
         per_device_train_batch_size=16,
     )
-    results = train_classifier(args, training)
+    results = train(args)
     assert results["test"]["accuracy"] > 0.8  # chance: 0.5
-    folder = Path(args.run_dir) / "model"
+    folder = Path(results["model"])
     classify = pipeline("text-classification", model=str(folder), trust_remote_code=True)
     texts = [row["text"] for row in test_rows]
     assert len(classify.tokenizer(texts[-1])["input_ids"]) > 24
@@ -536,7 +549,6 @@ def electra_arguments(folder: Path, **values):
         train_file=str(write_jsonl(folder / "train.jsonl.gz", simple_reviews(300, seed=0))),
         test_file="null",
         validation_size=20,
-        objective="electra",
         pack_length=32,
         logging_steps=1,
         per_device_train_batch_size=16,
@@ -545,17 +557,16 @@ def electra_arguments(folder: Path, **values):
         **{"model.norm_position": "pre"},
     )
     settings.update(values)
-    return arguments(folder, "pretrain", **settings)
+    return task_arguments(folder, "electra", **settings)
 
 
 @pytest.fixture(scope="module")
 def electra_run(tmp_path_factory):
     """60 ELECTRA steps on tiny data: (arguments, saved discriminator folder, logged rows)."""
     folder = tmp_path_factory.mktemp("electra")
-    args, training = electra_arguments(folder, max_steps=60)
-    output = pretrain(args, training)
-    log = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())
-    return args, output, [row for row in log["log_history"] if "loss" in row]
+    args = electra_arguments(folder, max_steps=60)
+    output = train(args)["model"]
+    return args, output, log_rows(args.output_dir)
 
 
 def binary_entropy(p: float) -> float:
@@ -576,7 +587,7 @@ def test_electra_discriminator_learns_which_tokens_were_replaced(electra_run):
     assert discriminator < 0.85 * base_rate
     assert np.mean([row["mlm_loss"] for row in last]) < 0.8 * np.mean([row["mlm_loss"] for row in first])
     for row in rows:
-        assert row["loss"] == pytest.approx(row["mlm_loss"] + 50 * row["discriminator_loss"], rel=1e-3)
+        assert row["train/loss"] == pytest.approx(row["mlm_loss"] + 50 * row["discriminator_loss"], rel=1e-3)
 
 
 def test_electra_generator_is_a_quarter_wide_and_shares_the_embeddings():
@@ -629,7 +640,7 @@ def test_electra_discriminator_loads_into_the_classifier(electra_run, tmp_path):
     assert classifier.config.norm_position == "pre" and classifier.config.dropout == 0.0
 
     rows = simple_reviews(80, seed=3)
-    fine_args, training = arguments(
+    fine_args = task_arguments(
         tmp_path,
         train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", rows)),
         test_file="null",
@@ -638,7 +649,7 @@ def test_electra_discriminator_loads_into_the_classifier(electra_run, tmp_path):
         **{"model.dropout": 0.1},
         num_train_epochs=1,
     )
-    train_classifier(fine_args, training)
+    train(fine_args)
     tuned = VanillaTransformerForSequenceClassification.from_pretrained(tmp_path / "run" / "model")
     assert tuned.config.dropout == 0.1 and tuned.config.norm_position == "pre"
     assert tuned.config.architectures == ["VanillaTransformerForSequenceClassification"]
@@ -648,7 +659,7 @@ def test_packed_pretraining_rows_are_full_and_unpadded(tmp_path):
     """`pack_length`: the texts, each ending in </s>, run together and cut into equal rows, no padding."""
     from vanilla_transformer.train.classification.data import pretraining_dataset
 
-    args, _ = arguments(tmp_path, pack_length=16)
+    args = arguments(tmp_path, pack_length=16)
     texts = [row["text"] for row in simple_reviews(50, seed=4)]
     tokenizer = classification_tokenizer(args, texts)
     rows = pretraining_dataset(texts, tokenizer, args)["input_ids"]
@@ -662,21 +673,21 @@ def test_electra_pretraining_resumes_as_if_never_stopped(tmp_path):
     """Stopped after its first update (with a checkpoint) and run again, ELECTRA pre-training logs the
     same losses as the uninterrupted run: weights, optimizer, schedule, data order and the random state
     of masking and sampling all come back."""
-    args, training = electra_arguments(tmp_path / "whole", max_steps=6)
-    pretrain(args, training)
-    whole = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())["log_history"]
+    args = electra_arguments(tmp_path / "whole", max_steps=6)
+    train(args)
+    whole = log_rows(args.output_dir)
 
-    resumed_dir = tmp_path / "resumed"
-    args, training = electra_arguments(resumed_dir, max_steps=6, session_minutes=0)
-    pretrain(args, training)  # one update, then a checkpoint
-    saved = json.loads((Path(training.output_dir) / "checkpoint-1" / "trainer_state.json").read_text())
-    args, training = electra_arguments(resumed_dir, max_steps=6, resume="true")
-    pretrain(args, training)
-    resumed = json.loads((Path(args.run_dir) / "pretraining_log.json").read_text())["log_history"]
-    assert resumed[0] == saved["log_history"][0]  # the first update is the first invocation's, not redone
+    args = electra_arguments(tmp_path / "resumed", max_steps=6, session_minutes=0)
+    train(args)  # one update, then a checkpoint
+    checkpoint = Path(args.output_dir) / "checkpoints" / "pretrain" / "checkpoint-1"
+    saved = json.loads((checkpoint / "trainer_state.json").read_text())["log_history"][0]
+    train(electra_arguments(tmp_path / "resumed", max_steps=6, resume="true"))
+    resumed = log_rows(args.output_dir)
+    # The first update is the first invocation's, not redone: its row, under the log's names.
+    assert resumed[0] == {TrainLog.NAMES.get(key, key): value for key, value in saved.items()}
 
     def losses(log):
-        return [(row["step"], row["loss"], row["discriminator_loss"]) for row in log if "loss" in row]
+        return [(row["step"], row["train/loss"], row["discriminator_loss"]) for row in log]
 
     assert [step for step, *_ in losses(resumed)] == [1, 2, 3, 4, 5, 6]
     flat = [value for row in losses(resumed) for value in row]
@@ -700,30 +711,28 @@ def test_time_budget_ends_pretraining_with_the_learning_rate_at_zero(tmp_path):
     invocation) and trains nothing more: refused, the log as it was."""
     budget, peak = 0.05, 0.001  # minutes; learning rate (logged: the rate an update ran at)
     values = dict(max_steps=100000, run_minutes=budget, save_strategy="no", learning_rate=peak)
-    args, training = electra_arguments(tmp_path, **values)
-    pretrain(args, training)
-    log_file = Path(args.run_dir) / "pretraining_log.json"
-    rows = [row for row in json.loads(log_file.read_text())["log_history"] if "loss" in row]
+    args = electra_arguments(tmp_path, **values)
+    train(args)
+    rows = log_rows(args.output_dir)
     assert rows[-1]["step"] < 100000 and rows[-3]["elapsed_minutes"] < budget <= rows[-1]["elapsed_minutes"]
     # An update runs at the rate the update before it set, between that one's start and its end.
     for start, end, row in zip(rows, rows[1:], rows[2:], strict=False):
         minutes = (start["elapsed_minutes"], end["elapsed_minutes"])
         bounds = [peak * budget_schedule(row["step"] - 1, m / budget, 0.1) for m in minutes]
-        assert min(bounds) - 2e-5 <= row["learning_rate"] <= max(bounds) + 2e-5
-    assert max(row["learning_rate"] for row in rows) > 0.8 * peak  # warmed up, then decayed
-    checkpoints = sorted(Path(training.output_dir).glob("checkpoint-*"))
+        assert min(bounds) - 2e-5 <= row["train/lr"] <= max(bounds) + 2e-5
+    assert max(row["train/lr"] for row in rows) > 0.8 * peak  # warmed up, then decayed
+    checkpoints = sorted((Path(args.output_dir) / "checkpoints" / "pretrain").glob("checkpoint-*"))
     assert [path.name for path in checkpoints] == [f"checkpoint-{rows[-1]['step']}"]
 
     with pytest.raises(ValueError, match=r"holds a finished run .*nothing is left to train"):
-        pretrain(*electra_arguments(tmp_path, resume="auto", **values))  # again: the budget is spent
-    again = [row for row in json.loads(log_file.read_text())["log_history"] if "loss" in row]
-    assert again == rows
+        train(electra_arguments(tmp_path, resume="auto", **values))  # again: the budget is spent
+    assert log_rows(args.output_dir) == rows
 
 
 def _fine_tuning_log(tmp_path, **values) -> list[dict]:
     """The log of a tiny classifier run (80 training reviews, batches of 8), every update logged."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    args, training = arguments(
+    args = task_arguments(
         tmp_path,
         train_file=str(write_jsonl(tmp_path / "train.jsonl.gz", simple_reviews(100, seed=1))),
         test_file="null",
@@ -735,8 +744,9 @@ def _fine_tuning_log(tmp_path, **values) -> list[dict]:
         eval_strategy="epoch",
         **values,
     )
-    train_classifier(args, training)
-    last = max(Path(training.output_dir).glob("checkpoint-*"), key=lambda path: int(path.name.split("-")[1]))
+    train(args)
+    checkpoints = (Path(args.output_dir) / "checkpoints" / "train").glob("checkpoint-*")
+    last = max(checkpoints, key=lambda path: int(path.name.split("-")[1]))
     return json.loads((last / "trainer_state.json").read_text())["log_history"]
 
 
@@ -762,7 +772,7 @@ def test_fine_tuning_budget_ends_at_zero_and_validates_the_last_update(tmp_path)
     assert updates[-1]["learning_rate"] < 0.2 * 0.001
     evaluated = [row["step"] for row in log if "eval_accuracy" in row]
     assert evaluated[-1] == updates[-1]["step"]  # the update that spent the budget, validated
-    checkpoints = sorted(tmp_path.glob("run/trainer-train/checkpoint-*"))
+    checkpoints = sorted(tmp_path.glob("run/checkpoints/train/checkpoint-*"))
     optimizer = torch.load(max(checkpoints, key=lambda path: int(path.name.split("-")[1])) / "optimizer.pt")
     assert optimizer["param_groups"][0]["lr"] == pytest.approx(0.0, abs=2e-5)  # budget spent
 
@@ -781,9 +791,18 @@ def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
         "objective": "mlm",
         "log_history": [{"loss": 6.0 - i / 10, "elapsed_minutes": i / 2, "step": i} for i in range(1, 6)],
     }
+    # A masked-LM run's folder: its log as the run writes it (`train/` names) and its task in its results.
     (tmp_path / "mlm").mkdir()
-    (tmp_path / "mlm" / "pretraining_log.json").write_text(json.dumps(mlm_log))
-    electra = plots.pretraining_curves(json.loads((Path(args.run_dir) / "pretraining_log.json").read_text()))
+    rows_written = [
+        {"step": row["step"], "train/loss": row["loss"], "elapsed_minutes": row["elapsed_minutes"]}
+        for row in mlm_log["log_history"]
+    ]
+    (tmp_path / "mlm" / "pretrain_log.jsonl").write_text(
+        "".join(json.dumps(row) + "\n" for row in rows_written)
+    )
+    (tmp_path / "mlm" / "pretrain_results.json").write_text(json.dumps({"task": "masked-lm"}))
+    assert plots.read_log(tmp_path / "mlm") == mlm_log
+    electra = plots.pretraining_curves(plots.read_log(Path(args.output_dir)))
     assert electra["masked-LM loss"] == [(row["elapsed_minutes"], row["mlm_loss"]) for row in rows]
     assert electra["discriminator loss"] == [
         (row["elapsed_minutes"], row["discriminator_loss"]) for row in rows
@@ -794,7 +813,7 @@ def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
     }
     output = tmp_path / "curves.png"
     plots.main(
-        ["--run", f"mlm={tmp_path / 'mlm'}", "--run", f"electra={args.run_dir}", "--output", str(output)]
+        ["--run", f"mlm={tmp_path / 'mlm'}", "--run", f"electra={args.output_dir}", "--output", str(output)]
     )
     # Two panels, 11 x 4 inches at 120 dpi. Left, the masked-LM losses: the MLM run in matplotlib's first
     # colour, ELECTRA's generator in its second; right, the discriminator's loss (and its base rate) in the
@@ -805,7 +824,7 @@ def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
     assert _pixels(left, FIRST_COLOUR) > 50 and _pixels(left, SECOND_COLOUR) > 200
     assert _pixels(right, FIRST_COLOUR) > 200 and _pixels(right, SECOND_COLOUR) == 0
     # The reference line: the entropy of the token frequencies, special tokens left out.
-    tokenizer = AutoTokenizer.from_pretrained(Path(args.run_dir) / "tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(Path(args.output_dir) / "tokenizer")
     texts = ["good good good film", "bad film"]
     ids = [token for row in tokenizer(texts, add_special_tokens=False)["input_ids"] for token in row]
     counts = np.unique(ids, return_counts=True)[1] / len(ids)
@@ -815,7 +834,7 @@ def test_loss_curves_plot_compares_mlm_and_electra(electra_run, tmp_path):
     with_line = tmp_path / "with_line.png"
     plots.main(
         ["--run", f"mlm={tmp_path / 'mlm'}", "--output", str(with_line)]
-        + ["--unigram-tokenizer", str(Path(args.run_dir) / "tokenizer"), "--unigram-texts", str(reviews)]
+        + ["--unigram-tokenizer", str(Path(args.output_dir) / "tokenizer"), "--unigram-texts", str(reviews)]
     )
     # One MLM run: its curve on the left, an empty discriminator panel, and the grey dashed unigram line
     # across the left panel (more grey in one row than the text's anti-aliasing ever makes: under 60).

@@ -19,14 +19,16 @@ from safetensors import safe_open
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 from vanilla_transformer import PRESETS, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.averaging import average_checkpoints
 from vanilla_transformer.cli import build_parser
 from vanilla_transformer.tokenization import train_bpe_tokenizer
 from vanilla_transformer.train.common.budget import TrainingClock
 from vanilla_transformer.train.common.checkpoints import STATE_FILE, checkpoint_dirs, latest_checkpoint
 from vanilla_transformer.train.common.recipes import parse_overrides, parse_yaml
+from vanilla_transformer.train.run import train
 from vanilla_transformer.train.translation.ablation import read_study
 from vanilla_transformer.train.translation.arguments import SYNTHETIC_MODEL, load_arguments
-from vanilla_transformer.train.translation.averaging import average_checkpoints, spaced_checkpoints
+from vanilla_transformer.train.translation.averaging import spaced_checkpoints
 from vanilla_transformer.train.translation.batching import TokenBudgetBatchSampler
 from vanilla_transformer.train.translation.data import prepare_data
 from vanilla_transformer.train.translation.schedule import (
@@ -35,7 +37,7 @@ from vanilla_transformer.train.translation.schedule import (
     transformer_lr_scheduler,
 )
 from vanilla_transformer.train.translation.synthetic import german_number, synthetic_pairs
-from vanilla_transformer.train.translation.trainer import TranslationTrainer, build_model_config, train
+from vanilla_transformer.train.translation.trainer import TranslationTrainer, build_model_config
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
 
@@ -809,10 +811,13 @@ def test_validation_bleu_over_several_batches_logs_no_generation_warning(tmp_pat
 
 
 def test_validation_perplexity_is_the_unsmoothed_one_table_3_reports(tmp_path):
-    """One meaning of perplexity: validation's ``perplexity`` is exp of the unsmoothed negative
-    log-likelihood per target token, the number ``ablate`` reports for the same model and split; its
-    ``loss`` is §5.4's label-smoothed loss, which is higher."""
-    from vanilla_transformer.train.translation import ablation
+    """One meaning of perplexity: validation's ``perplexity`` (what ``ablate`` reports as a row's dev
+    perplexity) is exp of the unsmoothed negative log-likelihood per target token of the whole split,
+    each sentence once; its ``loss`` is §5.4's label-smoothed loss, which is higher."""
+    from transformers import DataCollatorForSeq2Seq
+
+    from vanilla_transformer.modeling_vanilla_transformer import sequence_losses
+    from vanilla_transformer.train.translation.data import tokenize_pairs
 
     results, folder = run(tmp_path, "run", max_steps=3, eval_steps=3, model={"dropout": 0.1})
     (validation,) = results["history"]
@@ -820,7 +825,12 @@ def test_validation_perplexity_is_the_unsmoothed_one_table_3_reports(tmp_path):
     model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()
     tokenizer = AutoTokenizer.from_pretrained(folder / "model")
     split = prepare_data(args)["validation"]
-    assert validation["perplexity"] == pytest.approx(
-        ablation.dev_perplexity(model, tokenizer, split, args), rel=1e-5
+    encoded = tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
+    batch = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)(
+        [{key: row[key] for key in ("input_ids", "labels")} for row in encoded]
     )
+    with torch.no_grad():
+        nll, tokens = sequence_losses(model(**batch).logits, batch["labels"], 0.0)
+    assert validation["bleu_sentences"] == min(TINY_RUN["eval_bleu_samples"], len(split))
+    assert validation["perplexity"] == pytest.approx(math.exp(float(nll.sum()) / int(tokens.sum())), rel=1e-5)
     assert math.exp(validation["loss"]) > validation["perplexity"]  # smoothing raises the loss

@@ -20,16 +20,23 @@ import tempfile
 import time
 from pathlib import Path
 
+from vanilla_transformer.averaging import average_checkpoints
+from vanilla_transformer.evaluation import evaluate_folder
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.averaging import average_checkpoints, spaced_checkpoints
+from vanilla_transformer.train.translation.averaging import spaced_checkpoints
 from vanilla_transformer.train.translation.data import prepare_data
-from vanilla_transformer.train.translation.evaluation import evaluate_folder
 
 
 def score(model_dir: Path, split, args, num_beams: int, length_penalty: float) -> dict:
     start = time.time()
     scores, _ = evaluate_folder(
-        model_dir, split, args, model_dir / "validation_hypotheses.txt", None, num_beams, length_penalty
+        model_dir,
+        split,
+        model_dir / "validation_hypotheses.txt",
+        target_lang=args.target_lang,
+        batch_size=args.per_device_eval_batch_size,
+        num_beams=num_beams,
+        length_penalty=length_penalty,
     )
     return {**scores, "decode_seconds": time.time() - start}
 

@@ -1,7 +1,8 @@
 """Loss curves of pre-training runs against wall-clock minutes: the picture that compares objectives.
 
-Reads each run's ``pretraining_log.json`` (written by ``vanilla-transformer classify pretrain``; every
-logged step of every invocation, with the minutes trained so far) and draws two panels:
+Reads each run's ``pretrain_log.jsonl`` (written by the ``masked-lm`` and ``electra`` tasks' runs: every
+logged step of every invocation, with the minutes trained so far) and its task (``pretrain_results.json``,
+else ``run.json``'s settings), and draws two panels:
 
 * the masked-LM loss: the MLM objective's loss, and ELECTRA's generator loss (a smaller model);
 * ELECTRA's discriminator loss, beside the loss of always answering the rate of replaced tokens (the
@@ -24,7 +25,19 @@ import math
 from collections import Counter
 from pathlib import Path
 
-LOG_NAME = "pretraining_log.json"
+LOG_NAME = "pretrain_log.jsonl"
+
+
+def read_log(path: Path) -> dict:
+    """``{"objective": "mlm" | "electra", "log_history": [row, ...]}`` of a run folder (or its log file)."""
+    folder, log = (path, path / LOG_NAME) if path.is_dir() else (path.parent, path)
+    rows = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [{key.removeprefix("train/"): value for key, value in row.items()} for row in rows]
+    results = folder / "pretrain_results.json"
+    task = json.loads(results.read_text(encoding="utf-8")).get("task") if results.is_file() else None
+    if task is None and (folder / "run.json").is_file():
+        task = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("pretrain", {}).get("task")
+    return {"objective": "electra" if task == "electra" else "mlm", "log_history": rows}
 
 
 def pretraining_curves(log: dict) -> dict[str, list[tuple[float, float]]]:
@@ -73,7 +86,7 @@ def plot_pretraining(
     figure, (mlm_axis, disc_axis) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
     for label, path in runs.items():
         path = Path(path)
-        log = json.loads((path / LOG_NAME if path.is_dir() else path).read_text(encoding="utf-8"))
+        log = read_log(path)
         curves = pretraining_curves(log)
         name = f"{label} ({log.get('objective', 'mlm')})"
         mlm_label = f"{name}: generator" if "discriminator loss" in curves else name

@@ -1,6 +1,7 @@
-"""Train a translation model: the same as ``vanilla-transformer train``, as a plain script.
+"""Train any task (the recipe's ``task:``; none: translation): the same as ``vanilla-transformer train``, as a
+plain script, for ``accelerate launch``.
 
-python training/train_translation.py --recipe training/configs/multi30k_de_en.yaml
+python training/train_translation.py --recipe multi30k_de_en
 accelerate launch --multi_gpu --num_processes 2 training/train_translation.py --recipe ...
 """
 

@@ -26,17 +26,6 @@ def token_labels(tokenizer, ids) -> list[str]:
     return [tokenizer.decode([i]).strip() or tokenizer.convert_ids_to_tokens(i) for i in ids]
 
 
-def load_model(folder: str | Path, device=None):
-    """The model class the folder was saved from (``config.architectures``) and its tokenizer. A folder
-    that holds no readable model of this package, or a tokenizer larger than the model's vocabulary, is
-    refused with the file or field named (``loading.check_model_folder``)."""
-    from transformers import AutoTokenizer
-
-    from .loading import load_saved_model
-
-    return load_saved_model(folder, device=device), AutoTokenizer.from_pretrained(folder)
-
-
 def attention_weights(model, tokenizer, source: str, target: str | None = None) -> dict:
     """Run one sentence (and, for the seq2seq model, its translation: ``target`` or the model's own
     beam-search output) through the eager path; returns the tokens and every attention tensor."""

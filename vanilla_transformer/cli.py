@@ -31,31 +31,56 @@ from .train.common.preemption import RunInterrupted
 from .train.common.recipes import parse_overrides
 
 
-def cmd_train(options) -> None:
-    from .train.translation.arguments import load_arguments
-    from .train.translation.trainer import train
+def cmd_train(options, task: str | None = None) -> None:
+    """Any task's run (the recipe's ``task:``, or ``task`` for the ``classify`` aliases); one JSON summary
+    line at the end."""
+    from .train.common.recipes import find_recipe
+    from .train.run import train_recipe
 
-    train(load_arguments(options.recipe, parse_overrides(options.set)))
+    recipe = find_recipe(options.recipe) if options.recipe else None
+    overrides = parse_overrides(options.set) | _training_device_overrides(options)
+    device = None if options.device in (None, "auto", "cpu") else options.device
+    results = train_recipe(recipe, overrides, task, device=device)
+    print(json.dumps(_summary(results)))
+
+
+def _training_device_overrides(options) -> dict:
+    """``--device`` / ``--dtype`` on a training command, as the recipe settings that mean them: ``--dtype``
+    is ``mixed_precision`` (fp32: no); ``--device cpu`` is ``use_cpu``; another device must be the one the
+    run trains on (``train_recipe`` compares, once the run has chosen it)."""
+    overrides = {}
+    if options.dtype is not None:
+        overrides["mixed_precision"] = "no" if options.dtype == "fp32" else options.dtype
+    if options.device == "cpu":
+        overrides["use_cpu"] = True
+    return overrides
+
+
+def _summary(results: dict) -> dict:
+    """The run's end in one line: what it trained, how far, where the model is, its test scores."""
+    keys = ("task", "output_dir", "model", "updates", "training_minutes", "stopped", "checkpoint", "test")
+    return {key: results[key] for key in keys if results.get(key) is not None}
 
 
 def cmd_evaluate(options) -> None:
     import contextlib
 
+    from .data_files import data_path
+    from .evaluation import evaluate_folder
     from .loading import check_model_folder
     from .outputs import file_output
-    from .train.common.data import data_path
-    from .train.translation.arguments import load_arguments
+    from .train.common.recipes import find_recipe
     from .train.translation.data import check_split, prepare_data
-    from .train.translation.evaluation import evaluate_folder
 
-    args = load_arguments(options.recipe, parse_overrides(options.set))
+    recipe = find_recipe(options.recipe) if options.recipe else None  # a file, or a shipped recipe's name
+    args = _recipe_settings(recipe, parse_overrides(options.set))
     check_split(args, options.split)  # a split the data lacks is named, with those it has, before any work
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
     scores_file = output.with_name(f"{options.split}_scores.json")
     if output.name == scores_file.name:
         raise ValueError(f"{output} is where the scores go; --output names the hypotheses' file.")
     references = data_path(args.tokenized_test_references, args.data_dir) if options.split == "test" else None
-    inputs = [options.model, options.recipe, references, *_data_files(args)]
+    inputs = [options.model, recipe, references, *_data_files(args)]
     with contextlib.ExitStack() as staged:  # both outputs checked before any work, published when complete
         hypotheses = staged.enter_context(file_output(output, "evaluate", inputs, options.force))
         scores_staged = staged.enter_context(file_output(scores_file, "evaluate", inputs, options.force))
@@ -66,13 +91,14 @@ def cmd_evaluate(options) -> None:
         scores, samples = evaluate_folder(
             options.model,
             split,
-            args,
             hypotheses,
-            references,
-            options.beams,
-            options.length_penalty,
-            options.device,
-            options.dtype,
+            target_lang=args.target_lang,
+            batch_size=args.per_device_eval_batch_size,
+            tokenized_references=references,
+            num_beams=options.beams,
+            length_penalty=options.length_penalty,
+            device=options.device,
+            dtype=options.dtype,
         )
         for source, hypothesis, reference in samples:
             print(f"source:     {source}\nhypothesis: {hypothesis}\nreference:  {reference}\n")
@@ -82,9 +108,36 @@ def cmd_evaluate(options) -> None:
     print(f"Hypotheses written to {output}, scores to {scores_file}")
 
 
+def _recipe_settings(recipe: str | None, overrides: dict):
+    """A translation recipe's settings, ``--set`` applied and each one it leaves unset at its default, read
+    without building the run's arguments (no device is picked, no precision resolved, no model block
+    checked): what ``evaluate`` finds its data and batch size with. A key that is no setting is refused,
+    naming where it was, as ``train`` refuses it."""
+    import dataclasses
+    import types
+
+    from .train.common.recipes import apply_overrides, read_recipe
+    from .train.translation.arguments import TranslationTrainingArguments
+
+    from_file = read_recipe(recipe) if recipe else {}
+    values = apply_overrides(from_file, overrides, {})
+    fields = {field.name: field for field in dataclasses.fields(TranslationTrainingArguments) if field.init}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        in_file = [key for key in unknown if key in from_file]
+        raise ValueError(
+            f"Unknown setting(s) in {recipe if in_file else '--set'}: {', '.join(in_file or unknown)}. "
+            f"Known settings: {', '.join(sorted(fields))}."
+        )
+    defaults = {
+        name: field.default for name, field in fields.items() if field.default is not dataclasses.MISSING
+    }
+    return types.SimpleNamespace(**(defaults | values))
+
+
 def _data_files(args) -> list[str]:
     """The local files a recipe's splits are read from (a text layout's ``<prefix>.<lang>`` pairs)."""
-    from .train.common.data import data_path
+    from .data_files import data_path
 
     files = [
         data_path(getattr(args, f"{split}_file"), args.data_dir) for split in ("train", "validation", "test")
@@ -128,28 +181,14 @@ def _pytorch_translator(options):
     """``lines -> translations`` with the saved model (loaded once) and the command's decoding options."""
     import functools
 
-    import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoModelForSeq2SeqLM
 
-    from .devices import pick_device
-    from .inference import prepare_for_inference, translate
-    from .loading import load_saved_model
+    from .inference import load_for_inference, translate
 
-    # int8 dynamic quantisation runs on the CPU, on float32 activations: there and in fp32 by default then,
-    # `--dtype auto` included; a half type asked for is refused before the model loads.
-    device = pick_device(options.device or ("cpu" if options.quantize else "auto"))
-    if options.quantize and options.dtype in ("bf16", "fp16"):
-        raise ValueError(
-            f"--quantize {options.quantize} runs on float32 activations: drop --dtype {options.dtype} "
-            "(or use --dtype fp32 / auto)."
-        )
-    dtype = torch.float32 if options.quantize else _dtype(options, device)
-    model = prepare_for_inference(
-        load_saved_model(options.model, AutoModelForSeq2SeqLM, device=device),
-        dtype=dtype,
-        quantize=options.quantize,
+    # int8 (--quantize) runs on the CPU in float32; a half type asked for with it is refused before loading.
+    model, tokenizer = load_for_inference(
+        options.model, options.device, options.dtype, options.quantize, model_class=AutoModelForSeq2SeqLM
     )
-    tokenizer = AutoTokenizer.from_pretrained(options.model)
     kwargs = {"num_beams": options.beams} if options.beams else {}
     if options.length_penalty is not None:
         kwargs["length_penalty"] = options.length_penalty
@@ -176,9 +215,9 @@ def _ctranslate2_translator(options):
 
 
 def cmd_average(options) -> None:
+    from .averaging import average_checkpoints, model_folder
     from .outputs import folder_output
-    from .train.common.checkpoints import checkpoint_dirs
-    from .train.translation.averaging import average_checkpoints
+    from .train.common.checkpoints import checkpoint_dirs  # a run folder's checkpoints (--last)
 
     folders = list(options.checkpoints)
     if options.last:
@@ -191,21 +230,17 @@ def cmd_average(options) -> None:
         if not folders:
             raise SystemExit(f"No checkpoints found under {run}.")
     # The folders read: a run folder named without --last stands for its model/ (as average_checkpoints reads).
-    inputs = [
-        folder / "model"
-        if not (folder / "config.json").is_file() and (folder / "model" / "config.json").is_file()
-        else folder
-        for folder in map(Path, folders)
-    ]
+    inputs = [model_folder(folder) for folder in folders]
     with folder_output(options.output, "average", inputs, options.force) as staging:
         average_checkpoints(folders, staging)
     print(f"Averaged {len(folders)} checkpoints into {options.output}")
 
 
 def cmd_ablate(options) -> None:
+    from .train.common.recipes import find_recipe
     from .train.translation.ablation import collect, commands, read_study, run_study
 
-    study = read_study(options.recipe)
+    study = read_study(find_recipe(options.recipe))
     rows, output = study.select(options.rows), Path(options.output)
     if options.print_commands:
         print("\n".join(commands(study, rows, output, options.minutes_per_row)))
@@ -217,12 +252,12 @@ def cmd_ablate(options) -> None:
 
 
 def cmd_attention(options) -> None:
-    from .attention_maps import load_model, plot_attention
+    from .attention_maps import plot_attention
+    from .inference import load_for_inference
     from .outputs import folder_output
 
     with folder_output(options.output, "attention", [options.model], options.force) as staging:
-        model, tokenizer = load_model(options.model, options.device or "auto")
-        model.to(_dtype(options, model.device))
+        model, tokenizer = load_for_inference(options.model, options.device, options.dtype)
         names = [
             path.name for path in plot_attention(model, tokenizer, options.text, staging, options.target)
         ]
@@ -248,26 +283,23 @@ def cmd_demo(options) -> None:
 def cmd_classify(options) -> None:
     from .outputs import check_writable
     from .train.classification.arguments import load_classification_arguments
-    from .train.classification.evaluate import evaluate_classifier
-    from .train.classification.finetune import train_classifier
-    from .train.classification.pretrain import pretrain
+    from .train.classification.evaluate import evaluate_on_recipe_data
 
-    args, training = load_classification_arguments(
-        options.recipe, parse_overrides(options.set), options.stage
+    if options.stage in ("pretrain", "train"):  # aliases of `train` with the task named
+        return cmd_train(options, "pretraining" if options.stage == "pretrain" else "classification")
+    from .train.common.recipes import find_recipe
+
+    recipe = find_recipe(options.recipe) if options.recipe else None
+    args = load_classification_arguments(recipe, parse_overrides(options.set), options.stage)
+    options.dtype = options.dtype or "fp32"  # the evaluated weights' type
+    if not options.model:
+        raise SystemExit("classify evaluate needs --model")
+    # Its report (eval_results*.json, confusion_matrix*.png) goes next to the model: writable before any work.
+    check_writable(Path(options.model) / "eval_results.json")
+    metrics = evaluate_on_recipe_data(
+        options.model, args, options.file, options.split, options.device, options.dtype
     )
-    if options.stage == "pretrain":
-        print(f"Pre-trained encoder ({args.objective}): {pretrain(args, training)}")
-    elif options.stage == "train":
-        print(json.dumps(train_classifier(args, training), indent=2))
-    else:
-        if not options.model:
-            raise SystemExit("classify evaluate needs --model")
-        # Its report (eval_results*.json, confusion_matrix*.png) goes next to the model: writable before any work.
-        check_writable(Path(options.model) / "eval_results.json")
-        metrics = evaluate_classifier(
-            options.model, args, options.file, options.split, training.seed, options.device, options.dtype
-        )
-        print(json.dumps(metrics, indent=2))
+    print(json.dumps(metrics, indent=2))
 
 
 def cmd_export_onnx(options) -> None:
@@ -398,11 +430,23 @@ def _add_device_options(parser) -> None:
     )
 
 
-def _dtype(options, device):
-    """The torch dtype ``--dtype`` means on ``device`` (``precision.inference_dtype``)."""
-    from .precision import inference_dtype
+def _add_training_device_options(parser) -> None:
+    """``--device`` and ``--dtype`` of a command that trains: the recipe settings they stand for
+    (``_training_device_overrides``), never ignored."""
+    from .precision import DTYPE_CHOICES
 
-    return inference_dtype(options.dtype, device)
+    parser.add_argument(
+        "--device",
+        help="cpu (= --set use_cpu=true), or the accelerator the run finds (cuda, mps, xpu: the default); "
+        "a device the run would not use is refused.",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default=None,
+        help="Training: the recipe's mixed_precision (auto | no | bf16 | fp16; fp32 = no). classify evaluate: "
+        "the weights' type (default fp32).",
+    )
 
 
 # -- the parser: one function per command -------------------------------------------------------------
@@ -410,9 +454,14 @@ def _dtype(options, device):
 
 def add_train_command(commands) -> None:
     train = commands.add_parser(
-        "train", help="Train a translation model (default: the built-in synthetic task)."
+        "train",
+        help="Train any task: the recipe's `task:` (translation, classification, masked-lm, electra, "
+        "causal-lm; default: the built-in synthetic translation job).",
     )
-    train.add_argument("--recipe", help="YAML recipe, e.g. training/configs/multi30k_de_en.yaml")
+    train.add_argument(
+        "--recipe",
+        help="A shipped recipe by name (multi30k_de_en, imdb_causal_lm, ...) or a YAML file's path.",
+    )
     train.add_argument(
         "--set",
         action="append",
@@ -420,6 +469,7 @@ def add_train_command(commands) -> None:
         metavar="KEY=VALUE",
         help="Override a recipe setting; model.FIELD=VALUE a field of its model block.",
     )
+    _add_training_device_options(train)
     train.set_defaults(func=cmd_train)
 
 
@@ -496,7 +546,9 @@ def add_ablate_command(commands) -> None:
     ablate = commands.add_parser(
         "ablate", help="Table 3: train the paper's model variations for the same budget; tabulate and plot."
     )
-    ablate.add_argument("--recipe", default="training/configs/table3_multi30k.yaml", help="The study file.")
+    ablate.add_argument(
+        "--recipe", default="table3_multi30k", help="The study: a shipped one by name, or a file's path."
+    )
     ablate.add_argument("--rows", help="Groups or rows to run besides the base row, e.g. A,C or A1,D3.")
     ablate.add_argument(
         "--minutes-per-row",
@@ -563,7 +615,7 @@ def add_classify_command(commands) -> None:
         help="evaluate: validation scores the texts the recipe holds out of its training file (what "
         "training validated on; make choices there) instead of the test file",
     )
-    _add_device_options(classify)
+    _add_training_device_options(classify)
     classify.set_defaults(func=cmd_classify)
 
 

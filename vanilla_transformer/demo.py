@@ -79,14 +79,12 @@ class Loaded:
 
 def placement(device: str | None = None, dtype: str = "fp32") -> tuple[torch.device, torch.dtype]:
     """Where the page runs the model and in which type (``--device``, ``--dtype``): with the package installed,
-    as every command decides (``devices.pick_device``, ``precision.inference_dtype``); in a Space's app.py,
-    the accelerator torch finds (else the CPU) and the type named (``auto`` there: float32)."""
+    as every command decides (``inference.placement``); in a Space's app.py, the accelerator torch finds
+    (else the CPU) and the type named (``auto`` there: float32)."""
     if importlib.util.find_spec("vanilla_transformer") is not None:
-        from vanilla_transformer.devices import pick_device
-        from vanilla_transformer.precision import inference_dtype
+        from vanilla_transformer.inference import placement as serving_placement
 
-        chosen = pick_device(device)
-        return chosen, inference_dtype(dtype, chosen)
+        return serving_placement(device, dtype)
     if device in (None, "auto"):
         found = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
         chosen = found or torch.device("cpu")
@@ -103,9 +101,10 @@ def load_for_demo(
     read). With the package installed, a local folder first gets the checks every command runs
     (``loading.check_model_folder``: another architecture, missing or damaged weights, a tokenizer that is
     not the model's), and the package's own classes and pipeline serve it: the folder's ``.py`` files run
-    only with ``trust_remote_code`` (the user's choice). Without the package (a Space's ``app.py``), the
-    folder's own code is the only code there is. ``device`` / ``dtype``: where and in which type the model
-    runs (:func:`placement`)."""
+    only with ``trust_remote_code`` (the user's choice), and it loads as every command loads a model
+    (``inference.load_for_inference``). Without the package (a Space's ``app.py``), the folder's own code is
+    the only code there is. ``device`` / ``dtype``: where and in which type the model runs
+    (:func:`placement`)."""
     from transformers import AutoTokenizer, PretrainedConfig
 
     model_path = str(model_path)
@@ -136,19 +135,22 @@ def load_for_demo(
             f"{', '.join(TASKS)} (config.json's architectures)."
         )
     task, auto_class = TASKS[architecture]
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=remote_code)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{model_path!r} has no readable tokenizer (tokenizer.json): {error}") from error
     if not remote_code:
-        from vanilla_transformer.loading import MODEL_CLASSES, load_saved_model
+        from vanilla_transformer.inference import load_for_inference
+        from vanilla_transformer.loading import MODEL_CLASSES
 
-        model = load_saved_model(model_path, MODEL_CLASSES[architecture], allow_hub_id=True)
+        model, tokenizer = load_for_inference(
+            model_path, device, dtype, model_class=MODEL_CLASSES[architecture], allow_hub_id=True
+        )
     else:  # the folder's own modeling_*.py
         import transformers
 
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=True)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{model_path!r} has no readable tokenizer (tokenizer.json): {error}") from error
         model = getattr(transformers, auto_class).from_pretrained(model_path, trust_remote_code=True)
-    model.to(*placement(device, dtype)).eval()
+        model.to(*placement(device, dtype)).eval()
     # The longest text the model was trained for: the tokenizer records it (the CLI's translate cuts to it),
     # the config bounds positions (the translation pipeline cuts to it); the page names the smaller.
     limit, limit_name = model.config.max_position_embeddings, "max_position_embeddings"
@@ -158,10 +160,14 @@ def load_for_demo(
     if task == "classification" and remote_code:
         from transformers import pipeline
 
-        # The pipeline the folder names (config.custom_pipelines): its own classification_pipeline.py.
-        chosen, chosen_dtype = placement(device, dtype)
+        # The pipeline the folder names (config.custom_pipelines): its own classification_pipeline.py, on
+        # the model's device and in its type.
         classifier = pipeline(
-            "text-classification", model=model_path, trust_remote_code=True, device=chosen, dtype=chosen_dtype
+            "text-classification",
+            model=model_path,
+            trust_remote_code=True,
+            device=model.device,
+            dtype=model.dtype,
         )
     elif task == "classification":  # the same pipeline, the package's own copy
         from vanilla_transformer.classification_pipeline import LongTextClassificationPipeline

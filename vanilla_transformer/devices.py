@@ -2,7 +2,9 @@
 
 By default, the accelerator torch finds (``torch.accelerator``: a CUDA or ROCm GPU, an Apple GPU through
 ``mps``, an Intel GPU through ``xpu``), else the CPU. ``--device`` on the inference commands and
-``use_cpu`` in a recipe override it; a device that is not there is refused, naming what is.
+``use_cpu`` in a recipe override it; a device that is not there is refused, naming what is. Serving asks
+it in one place (``inference.placement``, through which every command that runs a saved model loads it), a
+training run when its arguments are read, and ``precision`` for its default device.
 """
 
 from __future__ import annotations

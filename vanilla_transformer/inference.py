@@ -1,5 +1,11 @@
-"""Serving a trained model: translating sentences and streams of lines, and the opt-in speed-ups.
+"""Serving a trained model: loading a saved folder to serve, translating sentences and streams of lines,
+and the opt-in speed-ups.
 
+* ``load_for_inference(folder, device=..., dtype=..., quantize=...)``: a saved folder (any of the package's
+  model classes, checked first: ``loading.check_model_folder``) and its tokenizer, on the device and in the
+  type that ``placement`` decides, the one place serving decides them (``--device`` through
+  ``devices.pick_device``, ``--dtype`` through ``precision.inference_dtype``); every command that runs a
+  model (``translate``, ``evaluate``, ``attention``, ``classify evaluate``, ``demo``) loads through it.
 * ``translate(model, tokenizer, sentences)``: batches of similar length through ``generate()`` (the
   model's saved decoding: §6.1's beam 4, alpha 0.6, source + 50 tokens), the translations in input order;
   the ``translate`` command, evaluation and the benchmarks all call it.
@@ -24,10 +30,71 @@ from tqdm.auto import tqdm
 from transformers.utils import logging
 
 from .configuration_vanilla_transformer import check_token_ids
+from .data_files import decode_line
 
 logger = logging.get_logger(__name__)
 
 QUANTIZATIONS = (None, "int8")
+
+
+def placement(
+    device=None, dtype: str = "fp32", quantize: str | None = None
+) -> tuple[torch.device, torch.dtype]:
+    """Where a served model runs and the type of its weights: ``device`` (``cpu``, ``cuda``, ``cuda:1``,
+    ``mps``, ``xpu``; None or ``auto``: the accelerator torch finds, else the CPU; ``devices.pick_device``)
+    and ``dtype``, a ``--dtype`` choice on that device (``precision.inference_dtype``). int8 dynamic
+    quantisation runs on the CPU, on float32 activations: there and in float32 then (``--device auto`` and
+    ``--dtype auto`` included); a half type or another device asked for with it is refused, naming both
+    options, before any model loads."""
+    from .devices import pick_device
+    from .precision import inference_dtype
+
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"`quantize` must be one of {list(QUANTIZATIONS)}, got {quantize!r}.")
+    if quantize and dtype in ("bf16", "fp16"):
+        raise ValueError(
+            f"--quantize {quantize} runs on float32 activations: drop --dtype {dtype} "
+            "(or use --dtype fp32 / auto)."
+        )
+    chosen = pick_device("cpu" if quantize and str(device or "auto") == "auto" else device)
+    if quantize and chosen.type != "cpu":
+        raise ValueError(
+            f"--quantize {quantize} runs on the CPU: drop --device {device} (or use --device cpu)."
+        )
+    return chosen, torch.float32 if quantize else inference_dtype(dtype, chosen)
+
+
+def load_for_inference(
+    folder,
+    device=None,
+    dtype: str = "fp32",
+    quantize: str | None = None,
+    *,
+    model_class=None,
+    allow_hub_id: bool = False,
+):
+    """``(model, tokenizer)`` of a saved folder, ready to serve: the model in evaluation mode on ``device``,
+    its weights in the type ``dtype`` (a ``--dtype`` choice) means there and, with ``quantize="int8"``, its
+    linear layers quantised (:func:`placement` decides where and in which type, :func:`prepare_for_inference`
+    does it).
+
+    ``model_class``: the class to load (``AutoModelForSeq2SeqLM``, one of ``loading.MODEL_CLASSES``, ...;
+    default: the class the folder was saved from). The folder is checked before anything loads
+    (``loading.check_model_folder``: another architecture, missing or damaged weights, a tokenizer that is
+    not the model's are one error naming the file or field); with ``allow_hub_id`` (the demo) a Hub id
+    (``USER/NAME``) loads unchecked instead (``loading.load_saved_model``)."""
+    from transformers import AutoTokenizer
+
+    from .loading import load_saved_model
+
+    chosen, weights = placement(device, dtype, quantize)  # a bad choice is refused before the model loads
+    model = load_saved_model(folder, model_class, allow_hub_id=allow_hub_id).to(chosen)
+    model = prepare_for_inference(model, dtype=weights, quantize=quantize)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{folder} has no readable tokenizer (tokenizer.json): {error}") from error
+    return model, tokenizer
 
 
 def prepare_for_inference(
@@ -115,8 +182,6 @@ def line_chunks(source, where: str, size: int):
     """The lines of a binary stream as UTF-8 text (``\\n`` or ``\\r\\n`` ends a line), in lists of at most
     ``size``; a shorter list as soon as nothing more has arrived (a pipe or a terminal), so no line waits
     for later ones. A byte that is not UTF-8 is an error naming ``where``, the line and the column."""
-    from .train.common.data import decode_line
-
     lines, pending, number = [], bytearray(), 0
     while data := source.read1(1 << 16):
         pending += data
@@ -147,4 +212,11 @@ def more_ready(source) -> bool:
         return True
 
 
-__all__ = ["translate", "line_chunks", "prepare_for_inference", "QUANTIZATIONS"]
+__all__ = [
+    "load_for_inference",
+    "placement",
+    "translate",
+    "line_chunks",
+    "prepare_for_inference",
+    "QUANTIZATIONS",
+]

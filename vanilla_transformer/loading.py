@@ -44,12 +44,12 @@ SAVE_HINT = "Pass a folder that save_pretrained or a training run wrote (the run
 
 
 def load_saved_model(
-    folder, model_class=None, *, allow_hub_id: bool = False, device=None, **kwargs
+    folder, model_class=None, *, allow_hub_id: bool = False, **kwargs
 ) -> VanillaTransformerPreTrainedModel:
     """Load a saved folder into ``model_class``, by default the class it was saved from
-    (``config.architectures``; the bare ``VanillaTransformerModel`` when that names none of ours).
-    ``kwargs`` go to ``from_pretrained``; ``device`` (a name or ``auto``, ``devices.pick_device``) is where the
-    model goes (None: where ``from_pretrained`` puts it, the CPU).
+    (``config.architectures``; the bare ``VanillaTransformerModel`` when that names none of ours), on the
+    CPU. ``kwargs`` go to ``from_pretrained``. To serve it on a device and in a type (``--device``,
+    ``--dtype``): ``inference.load_for_inference``, which loads through this.
 
     The folder is checked first (:func:`check_model_folder`); with ``allow_hub_id`` (the demo), a Hub id
     (``USER/NAME`` that names no local path) goes to ``from_pretrained`` unchecked instead. Weights that
@@ -69,10 +69,6 @@ def load_saved_model(
         folder, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
     )
     _check_loaded(folder, model, info, strict)
-    if device is not None:
-        from .devices import pick_device
-
-        model = model.to(pick_device(device))
     return model
 
 

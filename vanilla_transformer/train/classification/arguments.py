@@ -17,16 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import torch
 from transformers import TrainingArguments
 
 from ...classification_pipeline import LongText
 from ...configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
-from ...devices import pick_device
-from ...precision import MIXED_PRECISION_CHOICES, resolve_mixed_precision
 from ..common.arguments import RunArguments
 from ..common.init_from import recipe_values
 from ..common.recipes import (
@@ -63,7 +59,9 @@ SET_BY_CLASSIFICATION_RUN = (
 
 
 @dataclass
-class ClassificationArguments(RunArguments):
+class ClassificationArguments(RunArguments, TrainingArguments):
+    set_by_run: ClassVar[tuple[str, ...]] = SET_BY_CLASSIFICATION_RUN  # model fields the run sets itself
+
     dataset: str = field(
         default="json",
         metadata={
@@ -185,7 +183,13 @@ class ClassificationArguments(RunArguments):
     discriminator_weight: float = field(
         default=50.0, metadata={"help": "electra: lambda, the weight of the discriminator's loss (Eq. 3)."}
     )
-    run_dir: str = "runs/imdb-classifier"
+    output_dir: str = field(
+        default="runs/imdb-classifier",
+        metadata={
+            "help": "The run folder: checkpoints in checkpoints/<stage>/ (pretrain, train), the model in model/ "
+            "(pre-training: mlm/ or discriminator/), results, logs, the tokenizer."
+        },
+    )
 
     def __post_init__(self):
         if self.validation_runs < 0:
@@ -222,7 +226,7 @@ class ClassificationArguments(RunArguments):
                 raise ValueError(f"`{name}` must be at least 1 (or null: all), got {value!r}.")
         if self.vocab_size is None and not self.init_from:
             self.vocab_size = DEFAULT_VOCAB_SIZE
-        check_model_block(self.model, SET_BY_CLASSIFICATION_RUN)
+        check_model_block(self.model, self.set_by_run)
         super().__post_init__()  # RunArguments: resume, overwrite, precision, budgets
 
     def reading(self) -> LongText:
@@ -240,15 +244,30 @@ class ClassificationArguments(RunArguments):
         }
 
 
-def load_classification_arguments(
-    recipe: str | None, overrides: Mapping | None, stage: str
-) -> tuple[ClassificationArguments, TrainingArguments]:
-    """A classification recipe and ``--set`` overrides, parsed into both dataclasses.
+def _run_dir_as_output_dir(values: dict, where) -> dict:
+    """``run_dir`` (the run folder's name before every task's was ``output_dir``) read as ``output_dir``, with
+    a notice; one source that sets both is refused. For one release."""
+    if "run_dir" not in values:
+        return values
+    if "output_dir" in values:
+        raise ValueError(f"{where}: set `output_dir` (the run folder), not both it and `run_dir`.")
+    print(f"Notice: {where}: `run_dir` is now `output_dir` (read as output_dir: {values['run_dir']}).")
+    values = dict(values)
+    values["output_dir"] = values.pop("run_dir")
+    return values
 
-    ``mixed_precision`` becomes the Trainer's ``bf16`` (so a recipe cannot set ``bf16``/``fp16`` itself);
-    the Trainer's folder defaults to ``run_dir/trainer-<stage>`` and its reports to TensorBoard."""
-    types = (ClassificationArguments, TrainingArguments)
-    from_file = read_recipe(recipe) if recipe else {}
+
+def load_classification_arguments(
+    recipe: str | None, overrides: Mapping | None, stage: str, arguments: type | None = None
+) -> ClassificationArguments:
+    """A classification recipe and ``--set`` overrides, parsed into ``ClassificationArguments``.
+
+    ``mixed_precision`` becomes the Trainer's ``bf16`` / ``fp16`` (so a recipe cannot set them itself); the
+    Trainer reports to TensorBoard where it is installed. ``run_dir``, the run folder's name before every
+    task's was ``output_dir``, is read as ``output_dir`` with a notice (for one release)."""
+    types = (arguments or ClassificationArguments,)  # the causal LM's are a subclass
+    from_file = _run_dir_as_output_dir(read_recipe(recipe) if recipe else {}, recipe)
+    overrides = _run_dir_as_output_dir(dict(overrides or {}), "--set")
     values = recipe_values(from_file, overrides, default_model_block(types))
     where = source_name(recipe, overrides)
     if stage == "pretrain" and values.get("init_from"):
@@ -263,17 +282,8 @@ def load_classification_arguments(
         if key in values:
             raise ValueError(f"{where}: `{key}` is not a classification setting: {why}.")
     values.setdefault("report_to", default_tracker())
-    values.setdefault(
-        "output_dir", str(Path(values.get("run_dir", ClassificationArguments.run_dir)) / f"trainer-{stage}")
-    )
-    setting = values.get("mixed_precision", ClassificationArguments.mixed_precision)
-    if setting in MIXED_PRECISION_CHOICES:  # a bad value is refused, with the file named, by the parser
-        device = torch.device("cpu") if values.get("use_cpu") else pick_device()
-        used = resolve_mixed_precision(setting, device)
-        values["bf16"], values["fp16"] = used == "bf16", used == "fp16"
-        if used != "no" and device.type == "cpu":
-            values["use_cpu"] = True  # the Trainer takes bf16 on a CPU only when told it runs there
-    return parse_settings(values, types, recipe, from_file, overrides)
+    (args,) = parse_settings(values, types, recipe, from_file, overrides)
+    return args
 
 
 __all__ = ["ENCODER_MODEL", "ClassificationArguments", "load_classification_arguments"]

@@ -11,7 +11,7 @@ from datasets import Dataset, load_dataset
 
 from ...classification_pipeline import LongText, clean_text, encode_long_texts
 from ...configuration_vanilla_transformer import check_token_ids
-from ..common.data import FILE_FORMATS, data_path, read_data_file, refuse_missing
+from ...data_files import FILE_FORMATS, data_path, read_data_file, refuse_missing
 from .arguments import ClassificationArguments
 
 # The settings that name a run's data: files (``dataset: json``, ``csv``, ``parquet``) or a Hub data set's

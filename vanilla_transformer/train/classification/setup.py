@@ -1,32 +1,20 @@
-"""What every classification stage sets up: its run folder (the run core's lock, record and decision), the
-settings a resumed run must keep, the encoder's config and tokenizer, the precision record, the time-budget
-callbacks, and the data's name for the model card."""
+"""What the encoder's tasks (classification, masked LM, ELECTRA) set up alike: the settings a resumed run
+must keep, its budgets, the paths it reads, the encoder's config and tokenizer, and the data's name for the
+model card."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-from transformers import TrainerCallback, TrainingArguments
-from transformers.trainer_callback import ProgressCallback
 
 from ...classification_pipeline import clean_text
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
-from ...precision import bf16_hardware, precision_reason
+from ...data_files import FILE_FORMATS, data_path
 from ...tokenization import MASK_TOKEN
-from ..common.budget import BudgetedTrainer, TimeBudget, TrainingProgressCallback
-from ..common.checkpoints import checkpoint_dirs
-from ..common.data import FILE_FORMATS, load_or_train_tokenizer
+from ..common.data import load_or_train_tokenizer
 from ..common.init_from import load_parent_tokenizer
 from ..common.recipes import build_config
-from ..common.run_folder import RunFolder
 from .arguments import ClassificationArguments
 
-# Each stage's outputs in the run folder, beside its Trainer's checkpoints (``output_dir``).
-STAGE_OUTPUTS = {
-    "pretrain": ("mlm", "discriminator", "pretraining_log.json"),
-    "train": ("model", "results.json"),
-}
 # What a resumed stage must share with its checkpoint: what an update is (the data and how it is read, the
 # model, the examples of an update, precision, optimiser and schedule). Budgets (max_steps,
 # num_train_epochs, run_minutes, session_minutes), logging, evaluation, saving and the test file may change.
@@ -79,72 +67,42 @@ TRAINER_SETTINGS = (
 BUDGETS = ("max_steps", "num_train_epochs")
 
 
-def run_folder(args: ClassificationArguments, training: TrainingArguments, stage: str) -> RunFolder:
-    """``run_dir`` as the stage's run folder. Pre-training and fine-tuning may share one: each stage owns its
-    Trainer's checkpoints and its outputs (``STAGE_OUTPUTS``), and the tokenizer while no other stage's
-    run is there."""
-    run, checkpoints = Path(args.run_dir), Path(training.output_dir)
-    other = next(name for name in STAGE_OUTPUTS if name != stage)
-
-    def stage_holds_run(path: Path, name: str) -> bool:
-        trainer_folder = checkpoints if name == stage else path / f"trainer-{name}"
-        outputs = (path / output for output in STAGE_OUTPUTS[name])
-        return bool(checkpoint_dirs(trainer_folder)) or any(output.exists() for output in outputs)
-
-    def own_files(path: Path):
-        files = [path / name for name in STAGE_OUTPUTS[stage]]
-        if checkpoints.resolve().is_relative_to(path.resolve()):
-            files.append(checkpoints)
-        if not stage_holds_run(path, other) and not (args.init_from or "").startswith(str(path)):
-            files.append(path / "tokenizer")
-        return files
-
-    return RunFolder(
-        run, stage, own_files, lambda path: stage_holds_run(path, stage), is_main=training.process_index == 0
-    )
-
-
-def run_settings(args: ClassificationArguments, training: TrainingArguments, stage: str) -> dict:
+def run_settings(args: ClassificationArguments, stage: str) -> dict:
     """The settings of the stage's run that a checkpoint records (``CLASSIFICATION_SETTINGS``, the Trainer's
     ``TRAINER_SETTINGS``; pre-training's own too)."""
-    names = CLASSIFICATION_SETTINGS + (PRETRAINING_SETTINGS if stage == "pretrain" else ())
-    return {name: getattr(args, name) for name in names} | {
-        name: getattr(training, name) for name in TRAINER_SETTINGS
+    names = CLASSIFICATION_SETTINGS + (PRETRAINING_SETTINGS if stage == "pretrain" else ()) + TRAINER_SETTINGS
+    return {name: getattr(args, name) for name in names}
+
+
+def run_budgets(args: ClassificationArguments) -> dict:
+    return {name: getattr(args, name) for name in BUDGETS} | {"run_minutes": args.run_minutes}
+
+
+def data_paths(args: ClassificationArguments) -> dict:
+    """The local data files the run reads, by setting (a Hub data set's are not local)."""
+    if args.dataset not in FILE_FORMATS:
+        return {}
+    named = {
+        "train_file": args.train_file,
+        "validation_file": args.validation_file,
+        "test_file": args.test_file,
     }
-
-
-def run_budgets(args: ClassificationArguments, training: TrainingArguments) -> dict:
-    return {name: getattr(training, name) for name in BUDGETS} | {"run_minutes": args.run_minutes}
-
-
-def budget_callbacks(args: ClassificationArguments) -> list[TrainerCallback]:
-    """This invocation's ``TimeBudget``, where ``session_minutes`` sets one."""
-    return [TimeBudget(args.session_minutes)] if args.session_minutes is not None else []
-
-
-def show_minutes(
-    trainer: BudgetedTrainer, args: ClassificationArguments, training: TrainingArguments
-) -> None:
-    """A run that a minutes budget may end (``run_minutes``, ``session_minutes``) shows minutes in its
-    progress bar, the updates beside them."""
-    session = next((cb for cb in trainer.callback_handler.callbacks if isinstance(cb, TimeBudget)), None)
-    if (args.run_minutes is not None or session) and not training.disable_tqdm:
-        trainer.remove_callback(ProgressCallback)
-        trainer.add_callback(TrainingProgressCallback(trainer.clock, session))
+    named |= {f"unlabelled_files[{i}]": file for i, file in enumerate(args.unlabelled_files)}
+    return {setting: data_path(file, args.data_dir) for setting, file in named.items() if file}
 
 
 def classification_tokenizer(args: ClassificationArguments, texts: list[str], checkpoint: Path | None = None):
     """The tokenizer of the model the run starts from (``init_from``; a run that continues from its
     ``checkpoint`` reads the checkpoint's copy), or of an earlier run, else one trained on ``texts`` (with
-    ``<mask>``, for masked-LM pre-training) and saved in ``run_dir/tokenizer``."""
+    ``<mask>``, for masked-LM pre-training) and saved in ``output_dir/tokenizer``."""
     parent = args.init_from
     if parent:
         copy = checkpoint is not None and (checkpoint / "tokenizer.json").is_file()
         return load_parent_tokenizer(checkpoint if copy else parent)
     return load_or_train_tokenizer(
-        [Path(args.run_dir) / "tokenizer"],
+        [Path(args.output_dir) / "tokenizer"],
         (clean_text(t) for t in texts),
-        save_to=Path(args.run_dir) / "tokenizer",
+        save_to=Path(args.output_dir) / "tokenizer",
         vocab_size=args.vocab_size,
         model_max_length=args.max_length,
         extra_special_tokens=(MASK_TOKEN,),
@@ -165,35 +123,17 @@ def model_config(args: ClassificationArguments, tokenizer, **extra) -> VanillaTr
     )
 
 
-def precision_record(args: ClassificationArguments, training: TrainingArguments) -> dict:
-    """``mixed_precision``, what it became (the Trainer's ``bf16`` / ``fp16``) and why, on which hardware."""
-    used = "bf16" if training.bf16 else "fp16" if training.fp16 else "no"
-    return {
-        "setting": args.mixed_precision,
-        "used": used,
-        "hardware": bf16_hardware(training.device),
-        "reason": precision_reason(args.mixed_precision, used, training.device),
-    }
-
-
 def data_name(args: ClassificationArguments) -> tuple[str, str]:
     if args.dataset in FILE_FORMATS:
         return Path(args.train_file).parent.name or "local", args.dataset
     return args.dataset, args.dataset
 
 
-def write_json(path: Path, payload: dict) -> None:
-    path.write_text(json.dumps(payload, indent=2))
-
-
 __all__ = [
-    "budget_callbacks",
     "classification_tokenizer",
     "model_config",
-    "precision_record",
     "data_name",
-    "run_folder",
+    "data_paths",
     "run_settings",
     "run_budgets",
-    "write_json",
 ]

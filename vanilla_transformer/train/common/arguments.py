@@ -1,16 +1,24 @@
-"""The settings every training run shares, with one meaning in both tasks: where relative data files are
-read from, the model a run starts from (``init_from``), whether the run folder's run is continued or
-replaced, the precision, and the time budgets.
+"""The settings every training run shares, with one meaning in every task: the task, where relative data
+files are read from, the model a run starts from (``init_from``), whether the run folder's run is continued
+or replaced, the precision, and the time budgets.
 
-Translation's ``TranslationTrainingArguments`` and classification's ``ClassificationArguments`` both derive
-from ``RunArguments``; what the run folder is differs only in its name (translation's ``output_dir``,
-classification's ``run_dir``: ``run_folder``)."""
+Every task's arguments are one dataclass: ``RunArguments`` and ``transformers.TrainingArguments`` (or
+``Seq2SeqTrainingArguments``) with the task's own fields. The run folder is the Trainer's ``output_dir``,
+the same for every task (checkpoints in ``output_dir/checkpoints``).
+
+``mixed_precision`` is decided here, once, for every task: the device the run trains on is the Trainer's
+(``use_cpu``, else the accelerator ``devices.pick_device`` finds), the precision what
+``precision.resolve_mixed_precision`` gives there; the Trainer's ``bf16`` / ``fp16`` follow from it (a
+recipe cannot set them), the recipe's choice stays in ``mixed_precision_setting``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...precision import check_mixed_precision
+import torch
+
+from ...devices import pick_device
+from ...precision import check_mixed_precision, resolve_mixed_precision
 from .run_folder import OVERWRITE_CHOICES, RESUME_CHOICES, normalise_choice
 
 # Settings that read true/false or a word (YAML gives the first two as booleans).
@@ -19,6 +27,13 @@ FLAG_OR_WORD = {"resume": RESUME_CHOICES, "overwrite": OVERWRITE_CHOICES}
 
 @dataclass
 class RunArguments:
+    task: str | None = field(
+        default=None,
+        metadata={
+            "help": "What the run trains: translation (the default) | classification | masked-lm | electra | "
+            "causal-lm."
+        },
+    )
     data_dir: str | None = field(
         default=None,
         metadata={"help": "Folder that relative data files are read from (default: $VT_DATA_DIR)."},
@@ -54,6 +69,13 @@ class RunArguments:
         default="auto",
         metadata={"help": "auto (bf16 where the hardware multiplies it natively, else fp32) | no | bf16."},
     )
+    other_files: bool = field(
+        default=False,
+        metadata={
+            "help": "Run in an output_dir that holds files of the user's but no run (notes, data): they are left "
+            "alone. Without it such a folder is refused, naming what is in it."
+        },
+    )
     run_minutes: float | None = field(
         default=None,
         metadata={
@@ -82,9 +104,17 @@ class RunArguments:
             if value is not None and not value >= 0:  # 0: stop after the first update
                 raise ValueError(f"`{name}` must be a number of minutes >= 0, got {value!r}.")
         check_mixed_precision(self.mixed_precision)
-        parent = getattr(super(), "__post_init__", None)  # TrainingArguments' where a task derives from both
-        if parent is not None:
-            parent()
+        if not hasattr(self, "use_cpu"):  # not a Trainer's arguments (a test of these fields alone)
+            return
+        # transformers (5.24+) keeps the precision it hands Accelerate in an attribute named
+        # mixed_precision: the recipe's setting stays in mixed_precision_setting, the resolved one there.
+        self.mixed_precision_setting = self.mixed_precision
+        device = torch.device("cpu") if self.use_cpu else pick_device()
+        used = resolve_mixed_precision(self.mixed_precision, device)
+        self.bf16, self.fp16 = used == "bf16", used == "fp16"
+        self.use_cpu = device.type == "cpu"  # the Trainer takes bf16 on a CPU only when told it runs there
+        super().__post_init__()  # the Trainer's arguments
+        self.mixed_precision = used
 
 
 __all__ = ["RunArguments", "FLAG_OR_WORD"]

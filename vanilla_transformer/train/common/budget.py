@@ -1,8 +1,8 @@
 """Time budgets of a Trainer run, as callbacks: ``TimeBudget`` ends this invocation after its minutes;
 ``TrainingClock`` counts the minutes of every invocation of a run and ends it when the run's budget is
 spent, and ``budget_schedule`` is the learning-rate factor that reaches zero there (``BudgetedTrainer``
-applies it to a ``transformers.Trainer``); ``TrainingProgressCallback`` shows either budget. Both tasks'
-trainers use them."""
+applies it to a ``transformers.Trainer``); ``TrainingProgressCallback`` shows either budget. The one run
+(``train/run.py``) adds them to every task's trainer."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from .run_trainer import RunTrainer
 
 
 class TimeBudget(TrainerCallback):
-    """Ends training after ``minutes`` of this invocation (``session_minutes``), saving a checkpoint first, so a budgeted
-    run stops cleanly and ``--resume``-style continuation (the Trainer's last checkpoint) picks it up."""
+    """Ends training after ``minutes`` of this invocation (``session_minutes``), saving a checkpoint first, so a
+    budgeted run stops cleanly and the same command with ``resume: true`` (or ``auto``) continues it."""
 
     def __init__(self, minutes: float):
         self.minutes = minutes

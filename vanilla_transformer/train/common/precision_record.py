@@ -1,19 +1,21 @@
 """What a run records of its precision: the ``mixed_precision`` setting, what it became on this hardware
-(``precision.resolve_mixed_precision``), and the line the log and the model card print of it."""
+(decided once, by the run's arguments: ``arguments.RunArguments``), and the line the log and the model card
+print of it."""
 
 from __future__ import annotations
 
-from ...precision import bf16_hardware, precision_reason, resolve_mixed_precision
+from ...precision import bf16_hardware, precision_reason
 
 
-def mixed_precision_record(setting: str, device) -> dict:
-    """What ``mixed_precision`` resolves to on ``device``, for the log line, results.json and the card."""
-    used = resolve_mixed_precision(setting, device)
+def precision_record(args) -> dict:
+    """The run's precision, for the log line, results.json and the card: the recipe's ``mixed_precision``,
+    what it became on the run's device, on which hardware, and why."""
+    setting, used = args.mixed_precision_setting, args.mixed_precision
     return {
         "setting": setting,
         "used": used,
-        "hardware": bf16_hardware(device),
-        "reason": precision_reason(setting, used, device),
+        "hardware": bf16_hardware(args.device),
+        "reason": precision_reason(setting, used, args.device),
     }
 
 
@@ -29,4 +31,4 @@ def describe_precision(record: dict) -> str:
     return f"{FORMATS[record['used']]} (mixed_precision: {record['setting']}; {record['hardware']}{reason})"
 
 
-__all__ = ["mixed_precision_record", "describe_precision"]
+__all__ = ["precision_record", "describe_precision"]

@@ -68,6 +68,33 @@ def parse_yaml(text: str):
     return yaml.load(text, Loader=_RecipeLoader)
 
 
+# The recipes that ship with the package (``vanilla_transformer/recipes/``; ``training/configs`` in a clone).
+SHIPPED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def shipped_recipes() -> list[str]:
+    return sorted(path.stem for path in SHIPPED_RECIPES.glob("*.yaml"))
+
+
+def find_recipe(name: str) -> str:
+    """``--recipe``: a YAML file's path, or the name of a shipped recipe (``multi30k_de_en``, with or without
+    ``.yaml``), so that the README's commands run from a wheel as from a clone."""
+    path = Path(name)
+    if path.is_file():
+        return str(path)
+    shipped = SHIPPED_RECIPES / f"{path.name.removesuffix('.yaml')}.yaml"
+    if path.parent == Path(".") and shipped.is_file():
+        return str(shipped)
+    if path.parent != Path(".") and not path.exists():
+        # training/configs/NAME.yaml from a directory other than a clone's root: the shipped one of that name
+        if path.parent.as_posix().endswith("training/configs") and shipped.is_file():
+            return str(shipped)
+    raise FileNotFoundError(
+        f"--recipe {name}: no such file, and no shipped recipe of that name (shipped: "
+        f"{', '.join(shipped_recipes())})."
+    )
+
+
 def read_recipe(path: str | Path) -> dict:
     """The settings of a YAML recipe file (a mapping; the ``model:`` block a mapping too)."""
     path = Path(path)
@@ -212,15 +239,6 @@ def default_model_block(dataclass_types: tuple) -> dict:
     return {}
 
 
-def parse_recipe(
-    dataclass_types: tuple, recipe: str | None = None, overrides: Mapping | None = None
-) -> tuple:
-    """Read ``recipe`` (none: the dataclasses' defaults, the built-in job), apply ``overrides``, parse."""
-    from_file = read_recipe(recipe) if recipe else {}
-    values = apply_overrides(from_file, overrides, default_model_block(dataclass_types))
-    return parse_settings(values, dataclass_types, recipe, from_file, overrides)
-
-
 def source_name(recipe: str | None, overrides: Mapping | None) -> str:
     """How errors name where the settings came from: the recipe file, ``--set``, or both."""
     if recipe is None:
@@ -283,13 +301,15 @@ def check_model_block(block: dict, set_by_run: Iterable[str]) -> None:
         )
     # A bad value (e.g. norm_position: middle) fails now, before any work is done; so does a model too large
     # for the machine even before its vocabulary (which the run learns later) is counted. A run that sets
-    # the decoder's depth itself builds the encoder alone (classification).
+    # one stack's depth itself builds the other stack alone.
     from ...loading import check_fits_memory
 
-    encoder_only = (
-        {"num_decoder_layers": 0, "is_encoder_decoder": False} if "num_decoder_layers" in set_by_run else {}
-    )
-    config = build_config(block, check_memory=False, **encoder_only)
+    one_stack = {}
+    if "num_decoder_layers" in set_by_run:  # the encoder alone (classification, pre-training)
+        one_stack = {"num_decoder_layers": 0, "is_encoder_decoder": False}
+    elif "num_encoder_layers" in set_by_run:  # the decoder alone (causal LM)
+        one_stack = {"num_encoder_layers": 0, "is_encoder_decoder": False, "is_decoder": True}
+    config = build_config(block, check_memory=False, **one_stack)
     check_fits_memory(config, training=True, vocabulary=False, prefix="model.")
 
 
@@ -334,10 +354,11 @@ def build_config(
 
 
 __all__ = [
+    "find_recipe",
+    "shipped_recipes",
     "parse_yaml",
     "read_recipe",
     "parse_overrides",
-    "parse_recipe",
     "apply_overrides",
     "parse_settings",
     "check_model_block",

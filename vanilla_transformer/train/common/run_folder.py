@@ -1,23 +1,29 @@
-"""The run folder and its owner: one run writes a folder at a time, and runs never mix.
+"""The run folder and its owner: one run writes a folder at a time, runs never mix, and a run touches only
+its own files.
 
-A training run owns its folder (translation's ``output_dir``, classification's ``run_dir``) from the first
-thing it does to the last:
+A training run owns its folder (``output_dir``, for every task) from the first thing it does to the last
+(``train/run.py`` opens it once every check has passed):
 
 * **a lock.** ``.lock`` in the folder, held with ``flock`` by the run's main process for as long as the run
   lives (the operating system releases it when the process dies, however it dies). A second run on the
   folder is refused at once, naming the process that holds it (its host, pid, command and start).
-* **a record.** ``run.json`` says, for each stage of the folder (translation's ``train``; classification's
-  ``pretrain`` and ``train``, which may share a folder), whether its run is ``running``, ``stopped``
-  (``session_minutes``), ``interrupted`` (a signal, an error), or ``finished``, at which update, and with
-  which budgets.
+* **a record.** ``run.json`` says, for each stage of the folder (``train``; the encoder's pre-training
+  ``pretrain``, which may share a folder with classification's ``train``), whether its run is ``running``,
+  ``stopped`` (``session_minutes``), ``interrupted`` (a signal, an error), ``trained`` (every update done,
+  ``updates_done``) or ``finished``, at which update, and with which budgets.
 * **runs never mix.** A folder that holds a run of the stage (its record, its checkpoints or its final
   outputs) is continued only when the recipe asks: ``resume: true`` continues it (a fresh start if it has
   no checkpoint yet); ``resume: auto`` continues it too and starts a new run where the folder holds none,
   so that a job a scheduler requeues with the same command picks up where it stopped. Either way the
   checkpoint's settings must be the run's (``changed_settings``: what an update is may not change; budgets,
   logging and evaluation may). A finished run is continued only when a budget was raised. Without
-  ``resume`` the run is refused, naming what the folder holds, unless ``overwrite: true`` (the old run's
+  ``resume`` the run is refused, naming what the folder holds, unless ``overwrite: true`` (the run's own
   files are moved aside to ``<folder>.replaced-<time>/``) or ``overwrite: delete`` (they are deleted).
+* **only its own files.** What ``overwrite`` moves or deletes is what the task says its run writes
+  (``Task.own_files``: checkpoints, model, logs, scores, plots, a tokenizer it trained); anything else in
+  the folder is left alone and named. A folder that holds files but no run is refused, naming them, unless
+  the recipe says ``other_files: true``. A run that ends before its record is written (refused, or failed
+  on its data or model) removes what it added, so the folder is as it found it.
 
 Every process of a multi-process run takes the same decision: the main process decides, the others are
 told (``agree``).
@@ -115,6 +121,9 @@ class RunFolder:
         if not self.is_main or self._lock is not None:
             return
         self.created = not self.path.exists()  # a run refused before it wrote anything leaves no folder
+        # What the folder held before this run: a run that fails before its record is written (a refused
+        # recipe value, data that cannot be read) removes what it added, and leaves the folder as found.
+        self.found = {entry.name for entry in self.path.iterdir()} if self.path.is_dir() else set()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -146,17 +155,26 @@ class RunFolder:
         self._lock = handle
 
     def close(self) -> None:
-        """Release the lock (the file stays: a later run takes it). A folder this run created and left
-        empty but for its lock (the run was refused, or failed on its data, before it wrote anything) is
-        removed: a refused run leaves nothing behind."""
+        """Release the lock (the file stays: a later run takes it). A run that ends before its record was
+        written (refused, or failed on its data or model before its first update) removes what it added to
+        the folder, its lock included, and the folder itself if it made it: a refused run leaves the folder
+        as it found it, and the corrected command starts there."""
         if self._lock is None:
             return
-        if getattr(self, "created", False) and [p.name for p in self.path.iterdir()] == [LOCK_FILE]:
-            (self.path / LOCK_FILE).unlink()
-            self.path.rmdir()
+        if not self.started:
+            self._remove_what_this_run_added()
         fcntl.flock(self._lock, fcntl.LOCK_UN)
         self._lock.close()
         self._lock = None
+
+    def _remove_what_this_run_added(self) -> None:
+        for entry in self.path.iterdir():
+            if entry.name not in self.found and entry.name != LOCK_FILE:
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if LOCK_FILE not in self.found:
+            (self.path / LOCK_FILE).unlink(missing_ok=True)
+        if self.created and not any(self.path.iterdir()):
+            self.path.rmdir()
 
     def __enter__(self) -> RunFolder:
         return self
@@ -203,14 +221,22 @@ class RunFolder:
 
     # -- the decision -----------------------------------------------------------------------------------
 
-    def open(self, resume: str, overwrite: str, budgets: dict, args) -> bool:
+    def open(self, resume: str, overwrite: str, budgets: dict, args, other_files: bool = False) -> bool:
         """Lock the folder and decide, on every process alike: start a new run (False) or continue the one
         the folder holds (True). Refuses (``RunFolderError``) a folder held by another run, a run the recipe
-        did not ask to continue, and a finished run whose budgets were not raised."""
+        did not ask to continue, a finished run whose budgets were not raised, and a folder that holds files
+        but no run's record, unless ``other_files`` (they are then left alone)."""
 
         def decide() -> bool:
             self.lock()
             previous = self.previous()
+            if previous is None and not other_files and not self._records():
+                others = self.other_files()
+                if others:
+                    raise RunFolderError(
+                        f"{self.path} is not empty and holds no run ({', '.join(others)}). Choose an empty or "
+                        "new output_dir, or set other_files: true to run there and leave those files alone."
+                    )
             if previous is None:
                 if resume == "true":
                     print(f"No run in {self.path} yet: starting from scratch.")
@@ -241,6 +267,16 @@ class RunFolder:
     def _clear(self, how: str) -> None:
         """``overwrite``: the stage's files out of the folder, moved aside whole (``true``) or deleted."""
         files = [path for path in self.own_files(self.path) if path.exists()]
+        owned = {path.resolve() for path in files}
+        left = [
+            entry.name + ("/" if entry.is_dir() else "")
+            for entry in sorted(self.path.iterdir())
+            if entry.name not in (LOCK_FILE, RECORD_FILE)
+            and entry.resolve() not in owned
+            and not any(path.is_relative_to(entry.resolve()) for path in owned)
+        ]
+        if left:
+            print(f"Left in place in {self.path} (not this run's): {', '.join(left)}.")
         if how == "delete":
             for path in files:
                 shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
@@ -257,6 +293,21 @@ class RunFolder:
         records = self._records()
         records.pop(self.stage, None)
         (self.path / RECORD_FILE).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
+
+    def other_files(self) -> list[str]:
+        """The folder's entries that are not a run's own (its lock and record aside)."""
+        if not self.path.is_dir():
+            return []
+        return sorted(
+            entry.name + ("/" if entry.is_dir() else "")
+            for entry in self.path.iterdir()
+            if entry.name not in (LOCK_FILE, RECORD_FILE, f".{RECORD_FILE}.tmp")
+        )
+
+
+def inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it (symbolic links resolved)."""
+    return path.resolve().is_relative_to(folder.resolve())
 
 
 def describe(record: dict) -> str:
@@ -306,4 +357,6 @@ __all__ = [
     "normalise_choice",
     "changed_settings",
     "agree",
+    "inside",
+    "raised_budgets",
 ]

@@ -1,6 +1,6 @@
 """What every trainer of the package adds to ``transformers.Trainer`` so that a run never loses a user's work
-(``RunTrainer``, a mixin placed before the Trainer class), and the run's life around ``Trainer.train``
-(``train_in_folder``), for translation's ``TranslationTrainer`` and classification's trainers alike:
+(``RunTrainer``, a mixin placed before the Trainer class), and the pieces the one run (``train/run.py``)
+calls around ``Trainer.train``, for every task's trainer alike:
 
 * checkpoints written whole or not at all: ``_save_checkpoint`` stages the Trainer's own save under
   ``.tmp-checkpoint-N/``, adds the run's settings and the files' checksums, and renames it into place
@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from transformers.utils import logging
@@ -47,10 +49,13 @@ NONFINITE_UPDATES_ALLOWED = 5
 
 class RunTrainer:
     """Mixin for a ``transformers.Trainer`` subclass: staged, checksummed checkpoints that carry the run's
-    settings (``run_settings``), and the non-finite loss guard. ``checkpoints_folder`` is where the
-    checkpoints go (the Trainer's ``output_dir`` unless a task says otherwise)."""
+    settings (``run_settings``), and the non-finite loss guard. ``checkpoints`` is where the checkpoints
+    go (``output_dir/checkpoints`` as the run sets it; the Trainer's ``output_dir`` where nothing sets it)."""
 
     run_settings: dict | None = None
+    checkpoints: Path | None = (
+        None  # where the run keeps the checkpoints (the run sets it: Task.checkpoints_folder)
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -71,7 +76,7 @@ class RunTrainer:
     )
 
     def checkpoints_folder(self) -> Path:
-        return Path(self.args.output_dir)
+        return self.checkpoints if self.checkpoints is not None else Path(self.args.output_dir)
 
     def describe_batch(self, inputs) -> str:
         """A batch, as the loss guard's warning names it."""
@@ -80,44 +85,122 @@ class RunTrainer:
 
     # -- the non-finite loss guard ----------------------------------------------------------------------
 
+    # The guard's flags stay on the device and are read back at every log, save and evaluation and at the
+    # end of the updates (where the trainer waits for the device anyway), and at least this often.
+    guard_reads_every = 32
+
     def training_step(self, model, inputs, *args, **kwargs):
-        """The trainer's step, guarding the update against a loss that is not finite."""
+        """The trainer's step, guarding the update against a loss that is not finite. The loss is kept, not
+        read: whether it was finite is decided on the device (``guard_update``) and read back later."""
         loss = super().training_step(model, inputs, *args, **kwargs)
-        if not torch.isfinite(loss).all():
-            self._nonfinite = (self.describe_batch(inputs), loss.item())
+        guard = self._loss_guard()
+        guard.losses.append(loss.detach().float().mean())
+        guard.batches.append(inputs)  # described only if its loss turns out not to be finite
         if self.accelerator.sync_gradients:  # the update's last batch: the optimizer steps next
             self.guard_update(model)
         return loss
 
     def guard_update(self, model) -> None:
         """Skip an update any of whose batches had a NaN or infinite loss (too high a rate, a bad batch, a
-        bf16 overflow): its gradients are dropped, so the optimizer leaves the weights and its state as they
-        were; the skip is logged. After ``NONFINITE_UPDATES_ALLOWED`` in a row the run stops with an error,
-        before any checkpoint holds what such updates did. Every process takes the same decision."""
-        bad_batch = getattr(self, "_nonfinite", None)
-        bad = bad_batch is not None
-        if self.args.world_size > 1:
-            flag = torch.tensor(float(bad), device=self.args.device)
-            bad = bool(self.accelerator.reduce(flag, "max").item())
-        if not bad:
-            self._nonfinite_in_a_row = 0
-            return
-        model.zero_grad(set_to_none=True)
-        self._nonfinite_in_a_row = getattr(self, "_nonfinite_in_a_row", 0) + 1
-        step = self.state.global_step + 1
-        batch, value = bad_batch or ("unknown size", float("nan"))
-        logger.warning(
-            f"Update {step} skipped: the loss is not finite ({value}) on a batch of {batch}; "
-            f"{self._nonfinite_in_a_row} such update(s) in a row."
+        bf16 overflow): the optimizer leaves the weights and its state as they were; the skip is logged.
+        After ``NONFINITE_UPDATES_ALLOWED`` in a row the run stops with an error, before any checkpoint holds
+        what such updates did. Every process takes the same decision.
+
+        Decided on the device, without waiting for it: the fused optimizers (the translation recipe's Adam,
+        the Trainer's default AdamW) skip a step whose ``found_inf`` is 1, as under a ``GradScaler``; with a
+        loss scaler, one gradient made NaN makes the scaler skip the step (and lower its scale, as after an
+        overflow). Once a run of skipped updates reaches the limit, every update after it is skipped too,
+        so the weights stay those of the last good update until ``read_guard`` stops the run, at the next
+        log, save or evaluation. Other optimizers cannot skip on the device: there the flag is read at once
+        and the gradients dropped, so that the optimizer passes over every parameter."""
+        guard = self._loss_guard()
+        losses = torch.stack(guard.losses)  # (batches of the update,)
+        not_finite = ~torch.isfinite(losses)
+        first = not_finite.int().argmax()  # the update's first batch whose loss is not finite (0: none)
+        bad = not_finite.any().float()
+        if self.args.world_size > 1 and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)  # on the device, no wait
+        value = losses.gather(0, first.view(1))[0]  # its loss (gather: indexing by a tensor reads it back)
+        guard.rows.append(torch.stack([bad, first.float(), value]))
+        rate = self.lr_scheduler.get_last_lr()[0] if self.lr_scheduler is not None else float("nan")
+        guard.updates.append((self.state.global_step + 1, rate, guard.batches))
+        guard.losses, guard.batches = [], []
+        if guard.in_a_row_on_device is None:
+            guard.in_a_row_on_device = torch.zeros((), device=bad.device)
+            guard.limit_reached = torch.zeros((), device=bad.device)
+        guard.in_a_row_on_device = (guard.in_a_row_on_device + 1) * bad
+        guard.limit_reached = torch.maximum(
+            guard.limit_reached, (guard.in_a_row_on_device >= NONFINITE_UPDATES_ALLOWED).float()
         )
-        self._nonfinite = None
-        if self._nonfinite_in_a_row >= NONFINITE_UPDATES_ALLOWED:
-            rate = self.lr_scheduler.get_last_lr()[0] if self.lr_scheduler is not None else float("nan")
-            raise ValueError(
-                f"The loss was not finite for {self._nonfinite_in_a_row} updates in a row (the last: update "
-                f"{step}, learning rate {rate:.3g}); the run stops. {self.nonfinite_advice} The last good "
-                f"checkpoint is in {self.checkpoints_folder()}."
+        skip = torch.maximum(bad, guard.limit_reached)  # 1: the optimizer leaves this update out
+        optimizer = self.optimizer
+        while hasattr(optimizer, "optimizer"):  # Accelerate's wrapper
+            optimizer = optimizer.optimizer
+        if self.accelerator.scaler is not None:
+            # The scaler checks every gradient before the step: one NaN gradient (the smallest) skips it.
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            if grads:
+                min(grads, key=torch.Tensor.numel).add_(torch.where(skip > 0, float("nan"), 0.0))
+        elif getattr(optimizer, "_step_supports_amp_scaling", False):
+            optimizer.found_inf = skip  # read by the fused step, on the device
+        elif self.state.global_step + 1 in self.read_guard():
+            model.zero_grad(set_to_none=True)
+
+    def read_guard(self) -> list[int]:
+        """Read back the guard's flags of the updates since the last read (one wait for the device), log each
+        skipped update, and stop the run (``ValueError``) at the one that made ``NONFINITE_UPDATES_ALLOWED``
+        in a row. Returns the updates that were skipped."""
+        guard = self._loss_guard()
+        if not guard.rows:
+            return []
+        rows = torch.stack(guard.rows).tolist()
+        updates, guard.rows, guard.updates = guard.updates, [], []
+        skipped = []
+        for (bad, first, value), (step, rate, batches) in zip(rows, updates, strict=True):
+            if not bad:
+                guard.in_a_row = 0
+                continue
+            guard.in_a_row += 1
+            skipped.append(step)
+            where = (
+                f"({value}) on a batch of {self.describe_batch(batches[int(first)])}"
+                if not math.isfinite(value)
+                else "on another process's batch"
             )
+            logger.warning(
+                f"Update {step} skipped: the loss is not finite {where}; {guard.in_a_row} such update(s) in a row."
+            )
+            if guard.in_a_row >= NONFINITE_UPDATES_ALLOWED:
+                raise ValueError(
+                    f"The loss was not finite for {guard.in_a_row} updates in a row (the last: update {step}, "
+                    f"learning rate {rate:.3g}); the run stops. {self.nonfinite_advice} The last good checkpoint "
+                    f"is in {self.checkpoints_folder()}."
+                )
+        return skipped
+
+    def _loss_guard(self) -> SimpleNamespace:
+        """The guard's state: this update's batch losses and batches, and the updates not read back yet."""
+        if "_guard" not in self.__dict__:
+            self._guard = SimpleNamespace(
+                losses=[],
+                batches=[],
+                rows=[],
+                updates=[],
+                in_a_row=0,
+                in_a_row_on_device=None,
+                limit_reached=None,
+            )
+        return self._guard
+
+    def _maybe_log_save_evaluate(self, *args, **kwargs):
+        """The trainer's log, save and evaluation after an update, after reading the loss guard's flags
+        where one of them is due (so no checkpoint is written after updates the guard would stop the run
+        at), at the end of the updates, or after ``guard_reads_every`` updates."""
+        control, pending = self.control, len(self._loss_guard().rows)
+        due = control.should_log or control.should_save or control.should_evaluate
+        if pending and (due or control.should_training_stop or pending >= self.guard_reads_every):
+            self.read_guard()
+        return super()._maybe_log_save_evaluate(*args, **kwargs)
 
     # -- checkpoints ------------------------------------------------------------------------------------
 

@@ -15,27 +15,26 @@ starts from, the settings every row shares (the budget: updates, or minutes), an
       A:
         - {model.num_heads: 1, model.d_k: 256, model.d_v: 256}
 
-Each row is one ordinary ``vanilla-transformer train`` command (``commands()`` / ``--print-commands``)
-writing into ``OUTPUT/<row>``; the study never reads the test split. A row is *trained* when its
-folder has ``results.json`` (skipped on a re-run), *started* when it has checkpoints (resumed), and
-*measured* when it has ``table3_row.json``: dev perplexity (per BPE token, without label smoothing, as
-the paper's per-wordpiece perplexity) and dev BLEU with §6.1's beam search, but, as in §6.2, no
-checkpoint averaging. ``collect()`` measures whatever rows are trained and writes ``table3.md`` (laid
-out as the paper's table: blank where a row keeps the base value), ``table3.json`` and the plots.
+Each row is one ordinary training run of the translation task (the one run, ``train/run.py``), in this
+process, writing into ``OUTPUT/<row>``; ``commands()`` / ``--print-commands`` give each row's equivalent
+``vanilla-transformer train`` line, to run side by side. The study never reads the test split. A row is
+*trained* when its folder has ``results.json`` (skipped on a re-run), *started* when it has checkpoints
+(resumed), and *measured* when it has ``table3_row.json``: the run's own validation of its last update (the
+translation task's validation hook, on the device and in the precision the run picked): dev perplexity (per
+BPE token, without label smoothing, as the paper's per-wordpiece perplexity) and dev BLEU with §6.1's beam
+search on the whole dev split (every row validates all of it: ``eval_bleu_samples``), and, as in §6.2, no
+checkpoint averaging. ``collect()`` measures whatever rows are trained and writes ``table3.md`` (laid out
+as the paper's table: blank where a row keeps the base value), ``table3.json`` and the plots.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import shlex
-import subprocess
-import sys
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import torch
 
 from ..common.checkpoints import latest_checkpoint
 from ..common.recipes import parse_yaml
@@ -43,7 +42,10 @@ from ..common.recipes import parse_yaml
 BASE = "base"
 GROUPS = ("A", "B", "C", "D", "E")
 ROW_RESULT = "table3_row.json"
+DEV_HYPOTHESES = "dev_hypotheses.txt"  # a row's dev translations (its last validation's)
 STUDY_KEYS = {"recipe", "settings", "rows"}
+# Every row validates the whole dev split with beam search at its last update: that validation is its row.
+WHOLE_SPLIT = 10**9
 
 # Table 3's columns: (header, how to read it from a row's config). Blank where a row keeps the base value.
 ARCHITECTURE_COLUMNS = (
@@ -101,6 +103,7 @@ class Study:
     def overrides(self, row: Row, output: Path, minutes: float | None = None) -> dict:
         """The ``--set`` values of ``row``'s training command: shared settings, the row's, its folder."""
         values = {**self.settings, **row.overrides, "output_dir": str(output / row.name)}
+        values["eval_bleu_samples"] = WHOLE_SPLIT
         if minutes is not None:  # a wall-clock budget per row replaces the shared number of updates
             values |= {"run_minutes": minutes, "max_steps": 10**9}
         return values
@@ -191,18 +194,15 @@ def run_study(study: Study, rows: list[Row], output: Path, minutes: float | None
 
 
 def train_row(study: Study, row: Row, output: Path, minutes: float | None = None) -> None:
-    """Run ``row``'s training command in a fresh process (resuming it if it has checkpoints)."""
+    """Train ``row`` through the one run, in this process (continuing it if it has checkpoints: its
+    settings say ``resume: auto``)."""
+    from ..run import train_recipe
+
     folder = output / row.name
     resume = latest_checkpoint(folder / "checkpoints") is not None
-    command = training_command(study, row, output, minutes)
     print(f"[table3] {row.name} ({_describe(row.overrides)}){' resumed' if resume else ''}:")
-    print("  " + shlex.join(command))
-    completed = subprocess.run([sys.executable, "-m", "vanilla_transformer.cli", *command[1:]])
-    if completed.returncode != 0:
-        raise RuntimeError(
-            f"Table 3 row {row.name} failed (exit {completed.returncode}); re-run the same command to "
-            f"resume it from its last checkpoint under {folder / 'checkpoints'}."
-        )
+    print("  " + shlex.join(training_command(study, row, output, minutes)))
+    train_recipe(str(study.recipe), study.overrides(row, output, minutes) | {"resume": "auto"})
 
 
 def collect(study: Study, rows: list[Row], output: Path, wall_minutes: float | None = None) -> dict:
@@ -230,7 +230,7 @@ def collect(study: Study, rows: list[Row], output: Path, wall_minutes: float | N
         table["wall_minutes"] = wall_minutes
     (output / "table3.json").write_text(json.dumps(table, indent=2), encoding="utf-8")
     (output / "table3.md").write_text(markdown_table(measured), encoding="utf-8")
-    from ..common.plots import plot_ablation
+    from ...plots import plot_ablation
 
     plot_ablation(measured, output / "table3.png", output / "table3_curves.png")
     print((output / "table3.md").read_text(encoding="utf-8"))
@@ -238,74 +238,42 @@ def collect(study: Study, rows: list[Row], output: Path, wall_minutes: float | N
 
 
 def measure_row(study: Study, row: Row, output: Path) -> dict:
-    """Dev perplexity and dev BLEU of a trained row's final model; written to ``<row>/table3_row.json``."""
-    from transformers import AutoTokenizer
-
-    from ...inference import translate
-    from ...modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from .arguments import load_arguments
-    from .data import prepare_data
-    from .evaluation import bleu_scores
+    """A trained row's dev perplexity and dev BLEU: its run's validation of its last update (the translation
+    task's own, on the whole dev split); written to ``<row>/table3_row.json``."""
+    from ...configuration_vanilla_transformer import VanillaTransformerConfig
+    from .trainer import VALIDATION_HYPOTHESES
 
     folder = output / row.name
-    args = load_arguments(str(study.recipe), study.overrides(row, output))
     results = json.loads((folder / "results.json").read_text(encoding="utf-8"))
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(folder / "model").eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder / "model")
-    validation = prepare_data(args)["validation"]
-    start = time.time()
-    bf16 = results.get("mixed_precision", {}).get("used") == "bf16"
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        perplexity = dev_perplexity(model, tokenizer, validation, args)
-        hypotheses = translate(
-            model,
-            tokenizer,
-            validation["source"],
-            args.per_device_eval_batch_size,
-            args.max_source_length,
-            progress=True,
+    history = results.get("history") or []
+    last = history[-1] if history else None
+    if last is None or last.get("step") != results["updates"]:
+        raise ValueError(
+            f"Table 3 row {row.name}: {folder / 'results.json'} holds no validation of its last update "
+            f"({results['updates']}); a row is measured by it. Train the row again (overwrite: true)."
         )
-    scores = bleu_scores(hypotheses, validation["target"], args.target_lang)
-    (folder / "dev_hypotheses.txt").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    config = VanillaTransformerConfig.from_pretrained(folder / "model")
+    written = folder / VALIDATION_HYPOTHESES  # the last validation's translations: the row's dev output
+    if written.is_file():
+        shutil.copyfile(written, folder / DEV_HYPOTHESES)
     result = asdict(row) | {
-        "config": {name: value(model.config) for name, value in ARCHITECTURE_COLUMNS},
-        "parameters": model.num_parameters(),
+        "config": {name: value(config) for name, value in ARCHITECTURE_COLUMNS},
+        "parameters": results["parameters"],
         "updates": results["updates"],
         "training_minutes": results["training_minutes"],
-        "dev_perplexity": perplexity,
-        "dev_sacrebleu": scores["sacrebleu"],
-        "dev_bleu_lc_tok": scores["bleu_lc_tok"],
-        "dev_sentences": len(validation),
-        "evaluation_minutes": (time.time() - start) / 60,
-        "history": results.get("history", []),
+        "dev_perplexity": last["perplexity"],
+        "dev_sacrebleu": last["sacrebleu"],
+        "dev_bleu_lc_tok": last["bleu_lc_tok"],
+        "dev_sentences": last.get("bleu_sentences"),
+        "evaluation_minutes": last.get("runtime", 0.0) / 60,
+        "history": history,
     }
     (folder / ROW_RESULT).write_text(json.dumps(result, indent=2), encoding="utf-8")
     print(
-        f"[table3] {row.name}: dev perplexity {perplexity:.2f}, dev BLEU {scores['sacrebleu']:.2f}, "
-        f"{result['parameters'] / 1e6:.2f}M parameters"
+        f"[table3] {row.name}: dev perplexity {result['dev_perplexity']:.2f}, dev BLEU "
+        f"{result['dev_sacrebleu']:.2f}, {result['parameters'] / 1e6:.2f}M parameters"
     )
     return result
-
-
-@torch.no_grad()
-def dev_perplexity(model, tokenizer, split, args, batch_size: int = 64) -> float:
-    """Perplexity, as validation logs it too: exp of the mean negative log-likelihood per target token (BPE
-    pieces and EOS) without label smoothing (``sequence_losses`` with epsilon 0), the paper's per-wordpiece
-    perplexity. (The training loss smooths labels, §5.4, which raises it.)"""
-    from transformers import DataCollatorForSeq2Seq
-
-    from ...modeling_vanilla_transformer import sequence_losses
-    from .data import tokenize_pairs
-
-    encoded = tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100, return_tensors="pt")
-    total, tokens = 0.0, 0
-    for start in range(0, len(encoded), batch_size):
-        features = [encoded[i] for i in range(start, min(start + batch_size, len(encoded)))]
-        batch = collator([{key: f[key] for key in ("input_ids", "labels")} for f in features])
-        nll, count = sequence_losses(model(**batch).logits, batch["labels"], 0.0)
-        total, tokens = total + float(nll.sum()), tokens + int(count.sum())
-    return math.exp(total / max(tokens, 1))
 
 
 # -- the table -------------------------------------------------------------------------------------------
@@ -348,5 +316,4 @@ __all__ = [
     "run_study",
     "collect",
     "markdown_table",
-    "dev_perplexity",
 ]

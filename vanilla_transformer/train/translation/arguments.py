@@ -18,12 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from transformers import Seq2SeqTrainingArguments
 
-from ...devices import pick_device
 from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
-from ...precision import resolve_mixed_precision
 from ..common.arguments import RunArguments
 from ..common.recipes import SET_BY_RUN, SET_BY_THE_CORE, check_model_block, default_tracker
 
@@ -223,17 +220,7 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
                 f"`save_total_limit` must be at least 1 (or null: keep all), got {self.save_total_limit}."
             )
         check_model_block(self.model, SET_BY_RUN)
-        # mixed_precision is the run's precision switch (RunArguments); the trainer computes in bf16 or fp16
-        # (with loss scaling) where it resolves so. transformers (5.24+) keeps the precision it hands
-        # Accelerate in an attribute of the same name: the recipe's setting stays in
-        # mixed_precision_setting, the resolved one in mixed_precision.
-        self.mixed_precision_setting = self.mixed_precision
-        device = torch.device("cpu") if self.use_cpu else pick_device()
-        used = resolve_mixed_precision(self.mixed_precision, device)
-        self.bf16, self.fp16 = used == "bf16", used == "fp16"
-        self.use_cpu = device.type == "cpu"  # the trainer takes bf16 on a CPU only when told it runs there
-        super().__post_init__()
-        self.mixed_precision = used
+        super().__post_init__()  # RunArguments: resume, overwrite, budgets, the precision; the Trainer's own
 
 
 # What a resumed run must share with its checkpoint: what an update is. The model and the data it sees, the

@@ -12,15 +12,8 @@ from typing import TYPE_CHECKING
 from datasets import Dataset, DatasetDict, load_dataset
 
 from ...configuration_vanilla_transformer import check_token_ids
-from ..common.data import (
-    FILE_FORMATS,
-    check_data_file,
-    check_tokenizer_folder,
-    data_path,
-    load_or_train_tokenizer,
-    read_data_file,
-    refuse_missing,
-)
+from ...data_files import FILE_FORMATS, check_data_file, data_path, read_data_file, refuse_missing
+from ..common.data import check_tokenizer_folder, load_or_train_tokenizer
 from ..common.init_from import parent_tokenizer
 from .synthetic import synthetic_pairs
 
@@ -197,6 +190,13 @@ def check_data_paths(args: TranslationTrainingArguments) -> None:
     first): the data files (``train_file`` / ``validation_file`` / ``test_file``; for ``dataset: text`` both
     ``<prefix>.<lang>`` files), ``tokenized_test_references`` and ``tokenizer_path``. A missing one is one
     ``FileNotFoundError`` naming each setting and its path."""
+    refuse_missing(data_paths(args), args.data_dir)
+    if args.tokenizer_path:
+        check_tokenizer_folder(args.tokenizer_path, "tokenizer_path")
+
+
+def data_paths(args: TranslationTrainingArguments) -> dict[str, str | None]:
+    """The local files a translation recipe reads, by setting (a Hub data set's are not local)."""
     paths = {}
     if args.dataset in LOCAL_DATASETS:
         for split in SPLITS:
@@ -207,9 +207,7 @@ def check_data_paths(args: TranslationTrainingArguments) -> None:
                 for lang in (args.source_lang, args.target_lang):
                     paths[f"{split}_file ({lang})"] = f"{path}.{lang}"
     paths["tokenized_test_references"] = data_path(args.tokenized_test_references, args.data_dir)
-    refuse_missing(paths, args.data_dir)
-    if args.tokenizer_path:
-        check_tokenizer_folder(args.tokenizer_path, "tokenizer_path")
+    return paths
 
 
 def split_names(args: TranslationTrainingArguments) -> list[str] | None:

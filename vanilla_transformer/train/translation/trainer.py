@@ -1,12 +1,6 @@
-"""Train a Transformer for translation the paper's way (§5), on transformers' ``Seq2SeqTrainer``.
-
-Read top to bottom: ``train`` sets the run up (data and the shared BPE vocabulary, the model of the
-recipe's ``model:`` block, the trainer's arguments and callbacks), lets the trainer run the updates
-(``TranslationTrainer``) and finishes (the last or averaged weights, the test BLEU, ``results.json``,
-the model card and the BLEU plot).
-
-What the paper's recipe needs beyond a stock ``Seq2SeqTrainer`` is in ``TranslationTrainer``, each on
-the trainer's public hooks:
+"""``TranslationTrainer``: transformers' ``Seq2SeqTrainer`` with what the paper's recipe (§5) needs beyond
+it, each on the trainer's public hooks, and the translation task's set-up and end (``task.py`` plugs them
+into the one run, ``train/run.py``):
 
 * §5.1's batches of about ``max_tokens`` source and target tokens (``get_train_dataloader``: a
   ``TokenBudgetBatchSampler`` that Accelerate shards across processes, one batch per process per step);
@@ -16,25 +10,18 @@ the trainer's public hooks:
   each token of an accumulated update weighs the same);
 * validation loss on the whole split and BLEU from ``generate()`` (beam 4, α 0.6: the saved generation
   config) on its first ``eval_bleu_samples`` sentences, both through the trainer's evaluation loop, so
-  both are computed on every process's share of the split (``evaluate``);
-* the run core's (``common/run_trainer.py``, shared with classification): the run folder's lock and record,
-  continued only when asked (``resume``); checkpoints written whole or not at all, with their files'
-  checksums and the run's settings, so resume passes over a damaged one and refuses changed settings;
-  a stop on SIGTERM / SIGINT / SIGUSR1 after the update in flight, with a checkpoint; an update whose loss
-  is not finite skipped, and a run of them stopping the run;
-* the run's wall-clock budget (``run_minutes``, all invocations) and this invocation's
-  (``session_minutes``) as the callbacks classification uses too (``common/budget.py``).
+  both are computed on every process's share of the split (``evaluate``: the task's validation hook);
+* the run core's crash-safe checkpoints and loss guard (``common/run_trainer.py``).
 
-Everything else is the trainer's: gradient accumulation (``tokens_per_update``), bf16 autocast
-(``mixed_precision: auto | no | bf16``; the weights stay fp32), clipping, logging to TensorBoard,
-resume, and ``accelerate launch`` on several processes (gloo on CPU, NCCL on GPUs) or with FSDP /
-DeepSpeed configurations, whose full weights ``Trainer.save_model`` gathers for the final folder.
+Everything else is the trainer's: gradient accumulation (``tokens_per_update``), bf16 autocast, clipping,
+logging to TensorBoard, resume, and ``accelerate launch`` on several processes (gloo on CPU, NCCL on GPUs)
+or with FSDP / DeepSpeed configurations, whose full weights ``Trainer.save_model`` gathers for the final
+folder.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from pathlib import Path
@@ -44,19 +31,16 @@ import torch
 from datasets import Dataset
 from torch.utils.data import DataLoader
 from transformers import (
-    DataCollatorForSeq2Seq,
     Seq2SeqTrainer,
-    TrainerCallback,
-    set_seed,
 )
-from transformers.trainer_callback import ProgressCallback
-from transformers.trainer_utils import IntervalStrategy
 from transformers.utils import logging
 
+from ...averaging import average_checkpoints
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
-from ...fast_dropout import use_fast_dropout
-from ...fused_output_loss import use_fused_output_loss
+from ...data_files import data_path
+from ...evaluation import evaluate_split
 from ...loading import is_hub_id
+from ...metrics import bleu_scores
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import (
     PAPER_LENGTH_PENALTY,
@@ -65,10 +49,8 @@ from ...modeling_vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     sequence_losses,
 )
-from ...precision import use_fast_bf16_kernels
-from ..common.budget import TimeBudget, TrainingClock, TrainingProgressCallback, fraction_spent
-from ..common.checkpoints import checkpoint_dirs
-from ..common.data import data_path
+from ...plots import plot_history
+from ..common.budget import TrainingClock, fraction_spent
 from ..common.init_from import (
     check_recipe_agrees,
     continues_from_checkpoint,
@@ -76,103 +58,21 @@ from ..common.init_from import (
     parent_config,
     regularisation,
 )
-from ..common.plots import plot_history
-from ..common.precision_record import describe_precision, mixed_precision_record
+from ..common.precision_record import describe_precision
 from ..common.recipes import build_config
-from ..common.run_folder import RunFolder
-from ..common.run_trainer import RunTrainer, preemption_for, resume_checkpoint, stop_if_interrupted
-from .arguments import TranslationTrainingArguments, run_budgets, run_settings
-from .averaging import average_checkpoints, spaced_checkpoints
+from ..common.run_trainer import RunTrainer
+from .arguments import TranslationTrainingArguments
+from .averaging import spaced_checkpoints
 from .batching import TokenBudgetBatchSampler
-from .data import LOCAL_DATASETS, check_data_paths, prepare_data, tokenize_pairs, translation_tokenizer
-from .evaluation import bleu_scores, evaluate_split, set_decoding
+from .data import LOCAL_DATASETS
 from .schedule import transformer_lr_scheduler
 
 logger = logging.get_logger(__name__)
 
+# The translations of the latest validation's BLEU sample, one a line in the split's order.
+VALIDATION_HYPOTHESES = "validation_hypotheses.txt"
 # torch's fused Adam runs on these devices (fp32 parameters and state, as the paper's Adam).
 FUSED_ADAM_DEVICES = ("cpu", "cuda")
-
-
-def train(args: TranslationTrainingArguments) -> dict:
-    """Run the whole job; returns the final metrics (also written to ``output_dir/results.json``).
-
-    The run owns ``output_dir`` from start to end (``run_folder.py``): locked, continued only when the
-    recipe asks (``resume``), stopped by SIGTERM / SIGINT / SIGUSR1 after the update in flight with a
-    checkpoint (``preemption.py``)."""
-    set_seed(args.seed)
-    check_data_paths(args)  # a misspelt path is named before the run folder is touched
-    check_init_from(args)  # so is a parent model the recipe disagrees with
-    folder = translation_run_folder(args)
-    with folder, preemption_for("`--set resume=true`") as preemption:
-        folder.open(args.resume, args.overwrite, run_budgets(args), args)
-        return _train_in_folder(args, folder, preemption)
-
-
-def _train_in_folder(args: TranslationTrainingArguments, folder: RunFolder, preemption) -> dict:
-    splits = prepare_data(args)
-    if "train" not in splits:
-        raise ValueError("The data has no 'train' split.")
-    if "validation" not in splits:
-        args.eval_strategy = IntervalStrategy.NO
-    with args.main_process_first():
-        tokenizer = translation_tokenizer(args, splits["train"])
-    encoded = {
-        name: tokenize_pairs(split, tokenizer, args.max_source_length, args.max_target_length)
-        for name, split in splits.items()
-    }
-    sampler = TokenBudgetBatchSampler(
-        [len(x) for x in encoded["train"]["input_ids"]],
-        [len(x) for x in encoded["train"]["labels"]],
-        args.max_tokens,
-        shuffle=True,
-        seed=args.seed,
-    )
-    args.gradient_accumulation_steps = accumulation_steps(args, encoded["train"], sampler)
-
-    settings = run_settings(args)
-    checkpoint = (
-        resume_checkpoint(folder, checkpoints_folder(args), settings, args) if folder.continuing else None
-    )
-    # Nothing above draws from torch's generator: the model's initial weights are those set_seed gives.
-    model = build_model(args, tokenizer, checkpoint)
-    set_decoding(model.generation_config, args.num_beams, args.length_penalty)
-    precision = mixed_precision_record(args.mixed_precision_setting, args.device)
-    use_fast_bf16_kernels(model, precision, args.device)
-    use_fast_dropout(model, args.device)
-    use_fused_output_loss(model, args.device)
-    folder.record(status="running", settings=settings, budgets=run_budgets(args))
-    clock = TrainingClock.resuming(args.run_minutes, checkpoint)
-    session = TimeBudget(args.session_minutes) if args.session_minutes is not None else None
-    trainer = TranslationTrainer(
-        model=model,
-        args=args,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-        train_dataset=encoded["train"],
-        eval_dataset=encoded.get("validation"),
-        processing_class=tokenizer,
-        sampler=sampler,
-        clock=clock,
-        bleu_references=splits["validation"]["target"] if "validation" in splits else None,
-    )
-    trainer.run_settings = settings
-    trainer.add_callback(clock)
-    if session is not None:
-        trainer.add_callback(session)
-    trainer.add_callback(RunEnd(clock, has_validation="validation" in encoded))
-    trainer.add_callback(TrainLog(Path(args.output_dir) / "train_log.jsonl"))
-    trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(TrainingProgressCallback(clock, session))
-    trainer.add_callback(preemption)  # last: a stop on a signal overrides what the others asked
-    describe_run(trainer, len(splits["train"]), precision)
-    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    stop_if_interrupted(trainer, folder, preemption)
-    if session is not None and session.ended and not run_over(args, trainer.state, clock):
-        folder.record(status="stopped", updates=trainer.state.global_step)
-        return stop_session(trainer, clock)
-    results = finish(trainer, splits, precision, clock.elapsed_seconds / 60)
-    folder.record(status="finished", updates=trainer.state.global_step, budgets=run_budgets(args))
-    return results
 
 
 # -- set-up ------------------------------------------------------------------------------------------------
@@ -252,36 +152,6 @@ def accumulation_steps(
         return args.gradient_accumulation_steps
     tokens_per_batch = sum(len(x) for x in train_data["labels"]) / max(len(sampler), 1)
     return max(1, round(args.tokens_per_update / (tokens_per_batch * args.world_size)))
-
-
-def translation_run_folder(args: TranslationTrainingArguments) -> RunFolder:
-    """``output_dir`` as the run's folder: everything in it is the run's (``overwrite`` moves it all aside),
-    and a folder with checkpoints, a final model, results or a trained tokenizer holds a run."""
-    run = Path(args.output_dir)
-
-    def own_files(path: Path):
-        return [entry for entry in path.iterdir() if entry.name not in (".lock", "run.json")]
-
-    def holds_run(path: Path) -> bool:
-        markers = ("model", "results.json", "train_log.jsonl") + (
-            () if args.tokenizer_path else ("tokenizer",)
-        )
-        return bool(checkpoint_dirs(path / "checkpoints")) or any((path / name).exists() for name in markers)
-
-    return RunFolder(run, "train", own_files, holds_run, is_main=args.process_index == 0)
-
-
-def describe_run(trainer: TranslationTrainer, pairs: int, precision: dict) -> None:
-    """Say what is trained, on what, how and in what precision."""
-    if not trainer.is_world_process_zero():
-        return
-    args = trainer.args
-    print(
-        f"Model: {trainer.model.num_parameters():,} parameters; vocabulary {len(trainer.processing_class)}; "
-        f"{pairs:,} training pairs in {len(trainer.sampler)} batches of <= {args.max_tokens} "
-        f"tokens; {args.gradient_accumulation_steps} batch(es) x {args.world_size} process(es) per update."
-    )
-    print(f"Precision: {describe_precision(precision)}.")
 
 
 # -- the trainer -------------------------------------------------------------------------------------------
@@ -391,9 +261,6 @@ class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
         self.tokens_since_log += count_tokens(inputs) * self.args.world_size
         return super().training_step(model, inputs, *args, **kwargs)
 
-    def checkpoints_folder(self) -> Path:
-        return checkpoints_folder(self.args)
-
     def describe_batch(self, inputs) -> str:
         return f"{len(inputs['input_ids'])} sentences ({count_tokens(inputs)} tokens)"
 
@@ -450,11 +317,15 @@ class TranslationTrainer(RunTrainer, Seq2SeqTrainer):
             self.scoring_tokens = False
         hypotheses = self.decode(generated.predictions)
         references = [self.bleu_references[i] for i in loader.order]
+        if self.is_world_process_zero():  # the sample's translations in the split's order, latest validation
+            in_order = [hypotheses[rank] for rank in np.argsort(loader.order, kind="stable")]
+            (Path(self.args.output_dir) / VALIDATION_HYPOTHESES).write_text("\n".join(in_order) + "\n")
         scores = bleu_scores(hypotheses, references, self.args.target_lang)
         metrics = {
             "loss": loss,
             "perplexity": math.exp(min(nll, 50)),
             **scores,
+            "bleu_sentences": len(sample),
             "elapsed_minutes": self.clock.elapsed_seconds / 60,
             "runtime": time.monotonic() - started,
         }
@@ -497,56 +368,6 @@ def count_tokens(batch) -> int:
     return int(batch["attention_mask"].sum()) + int((batch["labels"] != -100).sum())
 
 
-def run_over(args: TranslationTrainingArguments, state, clock: TrainingClock) -> bool:
-    """The run's updates, epochs or minutes used up (``session_minutes`` ends only an invocation)."""
-    over_time = clock.budget_minutes is not None and clock.last_progress >= 1
-    over_epochs = args.max_epochs is not None and state.epoch >= args.max_epochs - 1e-9
-    return state.global_step >= args.max_steps or over_time or over_epochs
-
-
-class RunEnd(TrainerCallback):
-    """The end of a run or an invocation: ``max_epochs`` ends the run too; the last update is always
-    saved (a resumable checkpoint, and one that §6.1's average can take), and, at the run's end, it is
-    validated, for the curve's last point."""
-
-    def __init__(self, clock: TrainingClock, has_validation: bool):
-        self.clock, self.has_validation = clock, has_validation
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if args.max_epochs is not None and state.epoch >= args.max_epochs - 1e-9:
-            control.should_training_stop = True
-        if control.should_training_stop:
-            control.should_save = True
-            if self.has_validation and run_over(args, state, self.clock):
-                control.should_evaluate = True
-        return control
-
-
-class TrainLog(TrainerCallback):
-    """``train_log.jsonl``: one row per training log. A row labelled step k reports update k:
-    ``train/lr`` is the rate it stepped with (Eq. 3 at step k, counting from 1), ``train/grad_norm`` the
-    norm of its gradient before clipping, ``train/loss`` the loss of its batches (means over the updates
-    since the previous row when ``logging_steps`` > 1)."""
-
-    NAMES = {
-        "loss": "train/loss",
-        "learning_rate": "train/lr",
-        "grad_norm": "train/grad_norm",
-        "tokens_per_second": "train/tokens_per_second",
-    }
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or "loss" not in (logs or {}):
-            return
-        row = {"step": state.global_step} | {new: logs[old] for old, new in self.NAMES.items() if old in logs}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as log:
-            log.write(json.dumps(row) + "\n")
-
-
 # -- the end of the run ------------------------------------------------------------------------------------
 
 
@@ -561,7 +382,7 @@ def validation_history(trainer: TranslationTrainer) -> list[dict]:
 
 
 def finish(trainer: TranslationTrainer, splits, precision: dict, training_minutes: float) -> dict:
-    """The final model (last weights, or §6.1's average), its test BLEU, results.json, the card, the plot."""
+    """The final model (last weights, or §6.1's average), its test BLEU, the card, the plot; the results."""
     args = trainer.args
     output = Path(args.output_dir)
     results = {
@@ -576,7 +397,6 @@ def finish(trainer: TranslationTrainer, splits, precision: dict, training_minute
         results["history"] = validation_history(trainer)
         if "test" in splits:
             results["test"] = evaluate_test_split(trainer, args, final, splits["test"])
-        (output / "results.json").write_text(json.dumps(results, indent=2))
         write_translation_card(args, final, results, output / "model")
         plot = plot_history(
             results["history"], output / "bleu_curve.png", f"{args.source_lang} -> {args.target_lang}"
@@ -586,24 +406,6 @@ def finish(trainer: TranslationTrainer, splits, precision: dict, training_minute
         print(f"Model saved to {output / 'model'} after {training_minutes:.1f} minutes of training.")
     trainer.accelerator.wait_for_everyone()
     return results
-
-
-def stop_session(trainer: TranslationTrainer, clock: TrainingClock) -> dict:
-    """The end of an invocation that ``session_minutes`` stopped before the run's end: its checkpoint is
-    saved; the same command with ``resume=true`` continues the run from it."""
-    args = trainer.args
-    if trainer.is_world_process_zero():
-        print(
-            f"Stopped after session_minutes={args.session_minutes} at update {trainer.state.global_step} "
-            f"({clock.elapsed_seconds / 60:.1f} minutes of the run so far); the checkpoint is in "
-            f"{checkpoints_folder(args)}. Run the same command with `--set resume=true` to continue."
-        )
-    trainer.accelerator.wait_for_everyone()
-    return {
-        "updates": trainer.state.global_step,
-        "training_minutes": clock.elapsed_seconds / 60,
-        "stopped": "session_minutes",
-    }
 
 
 def peak_memory_mib(device: torch.device) -> dict[str, float]:
@@ -623,7 +425,7 @@ def save_final_model(trainer: TranslationTrainer, args, results: dict):
     the full weights where FSDP or DeepSpeed ZeRO-3 shard them; every process calls it."""
     folder = Path(args.output_dir) / "model"
     final = trainer.accelerator.unwrap_model(trainer.model)
-    averaged = spaced_checkpoints(checkpoints_folder(args), args.average_last, args.save_steps)
+    averaged = spaced_checkpoints(trainer.checkpoints_folder(), args.average_last, args.save_steps)
     if len(averaged) > 1:
         if trainer.is_world_process_zero():
             average_checkpoints(averaged, folder)
@@ -641,7 +443,13 @@ def evaluate_test_split(trainer: TranslationTrainer, args, model, split) -> dict
     hypotheses_file = Path(args.output_dir) / "test_hypotheses.txt"
     with trainer.accelerator.autocast():
         scores, samples = evaluate_split(
-            model, trainer.processing_class, split, args, hypotheses_file, references
+            model,
+            trainer.processing_class,
+            split,
+            hypotheses_file,
+            target_lang=args.target_lang,
+            batch_size=args.per_device_eval_batch_size,
+            tokenized_references=references,
         )
     print("\nSample translations (test):")
     for source, hypothesis, reference in samples:
@@ -713,4 +521,4 @@ def describe_decoding(num_beams: int, length_penalty: float) -> str:
     return f"{search}: the recipe's choice, departing from §6.1's {paper}"
 
 
-__all__ = ["train", "build_model_config", "TranslationTrainer"]
+__all__ = ["TranslationTrainer", "build_model", "build_model_config", "check_init_from", "finish"]

@@ -1,4 +1,6 @@
-"""Pictures of training runs: validation BLEU and loss against wall-clock time; Table 3's rows side by side."""
+"""The package's pictures (PNG; matplotlib, imported only when one is drawn): a training run's validation
+BLEU and loss against wall-clock time (``plot_history``), Table 3's rows side by side (``plot_ablation``),
+and a classifier's confusion matrix (``plot_confusion_matrix``, ``classify evaluate``)."""
 
 from __future__ import annotations
 
@@ -105,10 +107,9 @@ def plot_ablation(rows: list[dict], bars: Path, curves: Path) -> tuple[Path, Pat
     return bars, curves
 
 
-__all__ = ["plot_history", "plot_ablation"]
-
-
 def plot_confusion_matrix(confusion: list[list[int]], names: list[str], path: Path, title: str) -> Path:
+    """Write a PNG of ``confusion`` (rows: true labels, columns: predicted, both in the order of ``names``),
+    each cell's count written in it, titled ``title``; returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,3 +131,6 @@ def plot_confusion_matrix(confusion: list[list[int]], names: list[str], path: Pa
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+__all__ = ["plot_history", "plot_ablation", "plot_confusion_matrix"]
