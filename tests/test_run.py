@@ -87,6 +87,31 @@ def test_a_folder_with_files_but_no_run_is_refused_naming_them_unless_other_file
     assert results["updates"] == 20 and (folder / "notes.md").read_text() == "mine"
 
 
+def test_files_where_the_run_writes_that_no_run_wrote_are_refused_even_with_other_files(tmp_path):
+    folder = tmp_path / "run"
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "weights.bin").write_text("another tool's model")
+    with pytest.raises(RunFolderError, match=r"holds model, where this run writes, but no run of it wrote"):
+        train_recipe(None, translation(folder, other_files=True))
+    with pytest.raises(RunFolderError, match=r"holds model, where this run writes"):
+        train_recipe(None, translation(folder, overwrite="delete", other_files=True))
+    assert (folder / "model" / "weights.bin").read_text() == "another tool's model"
+
+
+def test_overwrite_puts_the_earlier_run_back_when_the_new_one_fails_before_it_starts(tmp_path):
+    folder = tmp_path / "run"
+    train_recipe(None, translation(folder))
+    before = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    record = json.loads((folder / "run.json").read_text())
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"translation": {"en": "a cat", "de": "eine katze"}}\n' * 30 + "not json\n")
+    typo = translation(folder, overwrite="delete", dataset="json", train_file=str(data), test_file=None)
+    with pytest.raises(ValueError, match="line 31"):
+        train_recipe(None, typo | {"validation_file": None})
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
+    assert json.loads((folder / "run.json").read_text()) == record
+
+
 def test_a_run_refused_after_opening_its_folder_leaves_it_as_found_and_the_corrected_command_runs(tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text('{"translation": {"en": "a cat", "de": "eine katze"}}\n' * 30 + "not json\n")
@@ -201,13 +226,24 @@ def test_the_causal_lm_task_learns_and_reports_test_perplexity(causal_lm_run):
 
 
 def test_the_causal_lm_folder_continues_a_prompt_where_the_package_is_not_installed(causal_lm_run):
+    """The prompt is continued, not ended: the folder's tokenizer adds no ``</s>`` to it (which would start a
+    new text), and the pipeline, on the folder's own code, gives ``generate()``'s tokens."""
+    from transformers import AutoTokenizer
+
+    from vanilla_transformer import VanillaTransformerForCausalLM
+
+    folder = causal_lm_run / "model"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    prompt = tokenizer("the film was", return_tensors="pt")
+    assert tokenizer.eos_token_id not in prompt["input_ids"][0].tolist()
+    model = VanillaTransformerForCausalLM.from_pretrained(folder).eval()
+    expected = tokenizer.decode(model.generate(**prompt, do_sample=False, max_new_tokens=8)[0])
     script = (
         "import sys; sys.modules['vanilla_transformer'] = None\n"
-        "from transformers import pipeline, set_seed\n"
-        "set_seed(0)\n"
+        "from transformers import pipeline\n"
         "generate = pipeline('text-generation', model=sys.argv[1], trust_remote_code=True)\n"
-        "print(generate('the film was', max_new_tokens=8)[0]['generated_text'])\n"
+        "print(generate('the film was', do_sample=False, max_new_tokens=8)[0]['generated_text'])\n"
     )
-    result = run_without_the_package(script, str(causal_lm_run / "model"), folder=causal_lm_run.parent)
+    result = run_without_the_package(script, str(folder), folder=causal_lm_run.parent)
     text = result.stdout.strip().splitlines()[-1]
-    assert text.startswith("the film was") and len(text.split()) > 3
+    assert text == expected and text.startswith("the film was") and len(text.split()) > 3

@@ -2,6 +2,7 @@
 checkpoint on resume, a resume whose model or data settings changed. Each gets a clear message, and
 nothing good is lost: the last good checkpoint stays the one ``resume`` takes."""
 
+import functools
 import math
 
 import pytest
@@ -9,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 from test_training import logged_losses, run
 
-from vanilla_transformer import fused_output_loss
 from vanilla_transformer.train.common.checkpoints import checkpoint_dirs, damage
+from vanilla_transformer.train.translation.trainer import TranslationTrainer
 
 WEIGHT = "model.encoder.embed_tokens.weight"
 
@@ -20,23 +21,30 @@ def weights(folder):
 
 
 class NanLossAt:
-    """The model's training loss (the fused projection + loss the trainer installs on CPUs), returning
-    NaN on the calls numbered in ``calls`` (1-based): one call per training batch here (one batch per
-    update, no validation during the run)."""
+    """``TranslationTrainer.compute_loss`` returning NaN on the training calls numbered in ``calls``
+    (1-based): one call per training batch here (one batch per update). On every device: the loss the
+    trainer steps on, whichever kernel computed it (the fused projection + loss of CPUs, or the model's own)."""
 
-    def __init__(self, calls, real=fused_output_loss.fused_output_loss):
+    def __init__(self, calls, real=TranslationTrainer.compute_loss):
         self.calls, self.real, self.count = set(calls), real, 0
 
-    def __call__(self, *args, **kwargs):
+    def __get__(self, trainer, owner=None):
+        return self if trainer is None else functools.partial(self, trainer)
+
+    def __call__(self, trainer, model, inputs, *args, **kwargs):
+        result = self.real(trainer, model, inputs, *args, **kwargs)
+        if not model.training:
+            return result
         self.count += 1
-        loss = self.real(*args, **kwargs)
-        return loss * float("nan") if self.count in self.calls else loss
+        if self.count not in self.calls:
+            return result
+        return (result[0] * float("nan"), *result[1:]) if isinstance(result, tuple) else result * float("nan")
 
 
 def test_an_update_with_a_nan_loss_is_skipped_and_logged(tmp_path, monkeypatch, caplog):
     """Update 3's loss is NaN: its gradients are dropped, so the weights after update 3 are those after
     update 2; the warning names the update and the batch; the run goes on and ends with finite weights."""
-    monkeypatch.setattr(fused_output_loss, "fused_output_loss", NanLossAt({3}))
+    monkeypatch.setattr(TranslationTrainer, "compute_loss", NanLossAt({3}))
     results, folder = run(tmp_path, "run", max_steps=5, save_steps=1, eval_steps=1000)
     assert results["updates"] == 5
     saved = {int(path.name.split("-")[1]): weights(path) for path in checkpoint_dirs(folder / "checkpoints")}
@@ -53,7 +61,7 @@ def test_a_run_whose_loss_stays_nan_stops_with_a_clear_error_and_finite_checkpoi
     """Five NaN updates in a row stop the run with a message that says what to change; every checkpoint
     written holds the finite weights of the last good update (before: the run went on to the end and
     saved a model whose validation loss was NaN)."""
-    monkeypatch.setattr(fused_output_loss, "fused_output_loss", NanLossAt(range(3, 100)))
+    monkeypatch.setattr(TranslationTrainer, "compute_loss", NanLossAt(range(3, 100)))
     with pytest.raises(ValueError, match=r"not finite for 5 updates in a row .*update 7.*Lower `lr_scale`"):
         run(tmp_path, "run", max_steps=20, save_steps=1, eval_steps=1000)
     folder = tmp_path / "run"

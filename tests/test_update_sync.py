@@ -20,8 +20,8 @@ from test_host_reads import HostReads
 from test_training import run
 from test_training_faults import WEIGHT, NanLossAt
 
-from vanilla_transformer import fused_output_loss
 from vanilla_transformer.train.common.checkpoints import checkpoint_dirs
+from vanilla_transformer.train.translation.trainer import TranslationTrainer
 
 OWN_FILES = {"run_trainer.py", "preemption.py"}  # the loss guard's and the stop's
 QUIET = dict(eval_steps=1000, save_steps=1000, logging_steps=1000)  # no log, save or evaluation in between
@@ -40,7 +40,7 @@ def test_updates_read_the_loss_guard_only_where_the_trainer_logs_or_ends(
 ):
     """Six updates, one of them with a NaN loss: the guard reads its flags back once per log and once at the
     end (before: one read per batch, six here), and still skips and names update 3."""
-    monkeypatch.setattr(fused_output_loss, "fused_output_loss", NanLossAt({3}))
+    monkeypatch.setattr(TranslationTrainer, "compute_loss", NanLossAt({3}))
     with HostReads() as counted:
         results, _ = run(tmp_path, "run", max_steps=6, **{**QUIET, "logging_steps": logging_steps})
     assert results["updates"] == 6
@@ -72,7 +72,7 @@ def test_a_skipped_update_leaves_the_weights_and_the_optimizer_state_as_they_wer
     at once). Either way checkpoint 3 holds checkpoint 2's weights and Adam state, step count included."""
     if optimizer == "unfused":
         force_unfused_adam(monkeypatch)
-    monkeypatch.setattr(fused_output_loss, "fused_output_loss", NanLossAt({3}))
+    monkeypatch.setattr(TranslationTrainer, "compute_loss", NanLossAt({3}))
     _, folder = run(tmp_path, "run", max_steps=4, save_steps=1, eval_steps=1000)
     saved = {int(path.name.split("-")[1]): path for path in checkpoint_dirs(folder / "checkpoints")}
     assert torch.equal(
@@ -90,7 +90,7 @@ def test_a_skipped_update_leaves_the_weights_and_the_optimizer_state_as_they_wer
 def test_an_fp16_update_with_a_nan_loss_is_skipped_by_the_loss_scaler(tmp_path, monkeypatch, caplog):
     """Under fp16's loss scaler (before: the guard dropped every gradient, and the scaler's update failed with
     "No inf checks were recorded prior to update"): the scaler skips the update, as after an overflow."""
-    monkeypatch.setattr(fused_output_loss, "fused_output_loss", NanLossAt({3}))
+    monkeypatch.setattr(TranslationTrainer, "compute_loss", NanLossAt({3}))
     results, folder = run(tmp_path, "run", mixed_precision="fp16", max_steps=5, save_steps=1, eval_steps=1000)
     assert results["updates"] == 5
     saved = {
@@ -107,7 +107,7 @@ def test_an_fp16_update_with_a_nan_loss_is_skipped_by_the_loss_scaler(tmp_path, 
 def test_a_run_of_nan_updates_read_late_stops_at_the_update_that_made_five(tmp_path, monkeypatch):
     """Read at update 10's log, a run of NaN losses from update 3 on stops the run with update 7's error:
     the updates after the fifth were skipped on the device too, and no checkpoint was written."""
-    monkeypatch.setattr(fused_output_loss, "fused_output_loss", NanLossAt(range(3, 100)))
+    monkeypatch.setattr(TranslationTrainer, "compute_loss", NanLossAt(range(3, 100)))
     with pytest.raises(ValueError, match=r"not finite for 5 updates in a row \(the last: update 7, "):
         run(tmp_path, "run", max_steps=20, **{**QUIET, "logging_steps": 10})
     assert not checkpoint_dirs(tmp_path / "run" / "checkpoints")

@@ -41,7 +41,10 @@ def cmd_train(options, task: str | None = None) -> None:
     overrides = parse_overrides(options.set) | _training_device_overrides(options)
     device = None if options.device in (None, "auto", "cpu") else options.device
     results = train_recipe(recipe, overrides, task, device=device)
-    print(json.dumps(_summary(results)))
+    from accelerate import PartialState
+
+    if PartialState().is_main_process:  # one summary under `accelerate launch`, not one per process
+        print(json.dumps(_summary(results)))
 
 
 def _training_device_overrides(options) -> dict:

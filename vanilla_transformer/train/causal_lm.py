@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import torch
 from datasets import Dataset
+from tokenizers import processors
 from transformers import default_data_collator
 
 from ..classification_pipeline import clean_text
@@ -59,6 +60,15 @@ class CausalLMArguments(ClassificationArguments):
         if not self.pack_length:
             raise ValueError("`pack_length` must be set: a causal LM trains on blocks of that many tokens.")
         super().__post_init__()
+
+
+def plain_text_tokenizer(tokenizer):
+    """The tokenizer as a language model's (GPT-2's way): it adds no special token to what it encodes. The
+    package's tokenizers end every text with ``</s>``, which a prompt must not: a language model reads it as
+    the end of the text and starts another (the ``text-generation`` pipeline would continue a new review,
+    not the prompt). Training adds ``</s>`` itself, between the texts it packs."""
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B")
+    return tokenizer
 
 
 def read_texts(args: CausalLMArguments, file: str) -> tuple[list[str], str]:
@@ -112,8 +122,9 @@ class CausalLMTrainer(BudgetedTrainer):
                 with self.compute_loss_context_manager():
                     logits = model(input_ids=ids).logits
                 nll, tokens = sequence_losses(logits[:, :-1], ids[:, 1:], 0.0)
-                sums = torch.stack([nll.sum().double(), tokens.sum().double()])
-                totals += self.accelerator.gather_for_metrics(sums[None]).sum(0)
+                # Per block, so that the gather drops the blocks that even out the processes' last batches.
+                rows = torch.stack([nll.double(), tokens.double()], dim=-1)  # (B, 2)
+                totals += self.accelerator.gather_for_metrics(rows).sum(0)
         nll, tokens = totals.tolist()
         loss = nll / max(tokens, 1.0)
         metrics = {
@@ -135,14 +146,24 @@ class CausalLMTask(EncoderTask):
 
     def load_arguments(self, recipe, overrides) -> CausalLMArguments:
         args = load_classification_arguments(recipe, overrides, self.stage, CausalLMArguments)
+        if (
+            args.init_from
+        ):  # not built yet: refused rather than half done (the parent's tokenizer, new weights)
+            raise ValueError(
+                "`init_from`: the causal-lm task trains a decoder from scratch; starting from a trained model "
+                "is not supported yet (fine-tune one with transformers' Trainer: docs/fine-tuning.md)."
+            )
         args.task = self.name
         return args
 
     def own_files(self, args, folder: Path) -> list[Path]:
         return super(EncoderTask, self).own_files(args, folder) + [folder / "tokenizer"]
 
-    def holds_run(self, args, folder: Path) -> bool:
-        return super(EncoderTask, self).holds_run(args, folder)
+    def settings(self, args: CausalLMArguments) -> dict:
+        """What a resumed run must keep: the text's (encoder tasks') settings and the blocks it is cut into."""
+        return super().settings(args) | {
+            name: getattr(args, name) for name in ("pack_length", "unlabelled_files")
+        }
 
     def check(self, args: CausalLMArguments) -> None:
         check_data_paths(args)
@@ -152,7 +173,7 @@ class CausalLMTask(EncoderTask):
         return {"texts": texts, "held_out": held_out}
 
     def build_model(self, args: CausalLMArguments, setup: dict, checkpoint):
-        tokenizer = classification_tokenizer(args, setup["texts"], checkpoint)
+        tokenizer = plain_text_tokenizer(classification_tokenizer(args, setup["texts"], checkpoint))
         setup["tokenizer"] = tokenizer
         setup["train_dataset"] = pretraining_dataset(setup["texts"], tokenizer, args)
         setup["eval_dataset"] = pretraining_dataset(setup["held_out"], tokenizer, args)

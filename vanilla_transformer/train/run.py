@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback, TrainerState, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ProgressCallback
@@ -37,7 +38,7 @@ from .common.budget import TimeBudget, TrainingClock, TrainingProgressCallback
 from .common.checkpoints import latest_checkpoint
 from .common.precision_record import describe_precision, precision_record
 from .common.recipes import read_recipe
-from .common.run_folder import RunFolder, RunFolderError, inside, raised_budgets
+from .common.run_folder import RunFolder, RunFolderError, agree, inside, raised_budgets
 from .common.run_trainer import preemption_for, resume_checkpoint, stop_if_interrupted
 from .tasks import Task, get_task
 
@@ -68,7 +69,9 @@ def run(task: Task, args) -> dict:
         settings = task.settings(args)
         checkpoints = task.checkpoints_folder(args)
         checkpoint = resume_checkpoint(folder, checkpoints, settings, args) if folder.continuing else None
-        previous = folder.previous() if folder.continuing else None
+        # The record as the run found it, read by the main process for all: the others may read run.json
+        # only after the main one has rewritten it below, and would take another path.
+        previous = agree(lambda: folder.previous() if folder.continuing else None, args)
         model = task.build_model(args, setup, checkpoint)
         say(f"Precision: {describe_precision(precision)}.")
         folder.record(
@@ -95,6 +98,10 @@ def run(task: Task, args) -> dict:
             trainer._load_from_checkpoint(str(checkpoint))  # the Trainer's own loader: FSDP, DeepSpeed too
         else:
             trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+            if preemption.received is not None and task.run_over(args, trainer.state, clock):
+                # Stopped during the last update's validation or save: its checkpoint is written, every
+                # update is done, and resume finishes the run without another one.
+                folder.record(updates=trainer.state.global_step, updates_done=True)
             stop_if_interrupted(trainer, folder, preemption)
             if session is not None and session.ended and not task.run_over(args, trainer.state, clock):
                 folder.record(status=STOPPED, updates=trainer.state.global_step)
@@ -226,7 +233,7 @@ def train_recipe(
         raise ValueError(f"The recipe's task is {named}; this command trains {task}: run `train --recipe`.")
     plug_in = get_task(named or task)
     args = plug_in.load_arguments(recipe, overrides)
-    if device is not None and device not in (args.device.type, str(args.device)):
+    if device is not None and torch.device(device).type != args.device.type:
         raise ValueError(
             f"--device {device}: this run trains on {args.device} (the accelerator torch finds, or the CPU with "
             "--device cpu / use_cpu: true); choose among several GPUs with CUDA_VISIBLE_DEVICES."

@@ -85,16 +85,15 @@ class Task:
     def own_files(self, args, folder: Path) -> list[Path]:
         """What ``overwrite`` moves aside or deletes: the files this task's run writes, never anything else."""
         names = (*self.outputs, self.results_file, self.log_file)
-        logging_dir = getattr(args, "logging_dir", None)  # TensorBoard's (a Trainer argument before 5.x)
-        logs = [Path(logging_dir)] if logging_dir else [folder / "runs"]  # the trackers' files
+        # TensorBoard's files (output_dir/runs), where the folder is the task's alone: stages that share a
+        # folder share them too, and leave them in place.
+        logs = [] if self.staged_checkpoints else [folder / "runs"]
         return [self.checkpoints_folder(args), *logs] + [folder / name for name in names]
 
     def holds_run(self, args, folder: Path) -> bool:
-        """Whether the folder holds a run of this task written before ``run.json`` was kept."""
-        names = (*self.outputs, self.results_file, self.log_file)
-        return bool(checkpoint_dirs(self.checkpoints_folder(args))) or any(
-            (folder / name).exists() for name in names
-        )
+        """Whether the folder holds a run of this task without a record (``run.json`` lost, or written before
+        it was kept): its checkpoints. A model or results alone may be anybody's, and are not taken for one."""
+        return bool(checkpoint_dirs(self.checkpoints_folder(args)))
 
     # -- 3. data, tokenizer, model, trainer ---------------------------------------------------------------
 

@@ -100,8 +100,9 @@ def build_classifier(args: ClassificationArguments, tokenizer, extra: dict, chec
 
 
 def test_scores(model_folder: Path, args: ClassificationArguments) -> dict:
-    """The saved classifier's scores on the recipe's test file, read as the run reads its texts."""
-    return evaluate_on_recipe_data(model_folder, args, args.test_file)
+    """The saved classifier's scores on the recipe's test file, read as the run reads its texts, on the
+    run's device."""
+    return evaluate_on_recipe_data(model_folder, args, args.test_file, device=args.device)
 
 
 def classifier_card(args, trainer, results: dict, folder: Path, examples: int) -> Path:

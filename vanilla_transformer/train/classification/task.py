@@ -57,9 +57,6 @@ class EncoderTask(Task):
         outputs = (*STAGE_OUTPUTS[stage], results)
         return bool(checkpoint_dirs(checkpoints)) or any((folder / name).exists() for name in outputs)
 
-    def holds_run(self, args, folder: Path) -> bool:
-        return self.stage_holds_run(args, folder, self.stage)
-
     def own_files(self, args, folder: Path) -> list[Path]:
         other = next(stage for stage in STAGE_OUTPUTS if stage != self.stage)
         tokenizer = folder / "tokenizer"
@@ -143,12 +140,12 @@ class ClassificationTask(EncoderTask):
         output = Path(args.output_dir) / "model"
         trainer.save_model(str(output))
         results = {"model": str(output), "validation": trainer.evaluate()}
-        if args.test_file:
-            results["test"] = test_scores(output, args)
-        if trainer.is_world_process_zero():
-            classifier_card(
-                args, trainer, results | {"mixed_precision": precision}, output, len(setup["train"])
-            )
+        if trainer.is_world_process_zero():  # scored and written once, by the main process
+            if args.test_file:
+                results["test"] = test_scores(output, args)
+            card = results | {"mixed_precision": precision}
+            classifier_card(args, trainer, card, output, len(setup["train"]))
+        trainer.accelerator.wait_for_everyone()
         return results
 
 

@@ -162,15 +162,18 @@ class RunFolder:
         if self._lock is None:
             return
         if not self.started:
+            self._restore_replaced()
             self._remove_what_this_run_added()
         fcntl.flock(self._lock, fcntl.LOCK_UN)
         self._lock.close()
         self._lock = None
 
     def _remove_what_this_run_added(self) -> None:
+        """The run's own files that were not there before it (a user's file dropped in meanwhile stays)."""
+        own = {path.relative_to(self.path).parts[0] for path in self.own_files(self.path)}
         for entry in self.path.iterdir():
-            if entry.name not in self.found and entry.name != LOCK_FILE:
-                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+            if entry.name not in self.found and entry.name in own:
+                _remove(entry)
         if LOCK_FILE not in self.found:
             (self.path / LOCK_FILE).unlink(missing_ok=True)
         if self.created and not any(self.path.iterdir()):
@@ -213,6 +216,7 @@ class RunFolder:
         if not self.is_main:
             return
         self.started = True
+        self._finish_replacing()
         records = self._records()
         records[self.stage] = {**records.get(self.stage, {}), **values, "updated": _now()}
         staged = self.path / f".{RECORD_FILE}.tmp"
@@ -236,6 +240,15 @@ class RunFolder:
                     raise RunFolderError(
                         f"{self.path} is not empty and holds no run ({', '.join(others)}). Choose an empty or "
                         "new output_dir, or set other_files: true to run there and leave those files alone."
+                    )
+            if previous is None:  # no run of the stage: files where it writes are somebody else's
+                clashes = [
+                    p.relative_to(self.path).as_posix() for p in self.own_files(self.path) if p.exists()
+                ]
+                if clashes:
+                    raise RunFolderError(
+                        f"{self.path} holds {', '.join(clashes)}, where this run writes, but no run of it wrote "
+                        "them (run.json has none): move them, or choose another output_dir."
                     )
             if previous is None:
                 if resume == "true":
@@ -265,7 +278,10 @@ class RunFolder:
         return self.continuing
 
     def _clear(self, how: str) -> None:
-        """``overwrite``: the stage's files out of the folder, moved aside whole (``true``) or deleted."""
+        """``overwrite``: the stage's own files out of the folder, at once and whole, into a folder beside it
+        (``true``: ``<folder>.replaced-<time>/``, kept) or inside it (``delete``: ``.overwritten-<time>/``,
+        deleted once the new run has started). A run that fails before it starts (its data unreadable, its
+        model refused) puts them back, with the stage's record: nothing is lost to a typo."""
         files = [path for path in self.own_files(self.path) if path.exists()]
         owned = {path.resolve() for path in files}
         left = [
@@ -277,22 +293,54 @@ class RunFolder:
         ]
         if left:
             print(f"Left in place in {self.path} (not this run's): {', '.join(left)}.")
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        aside = (
+            self.path / f".overwritten-{stamp}"
+            if how == "delete"
+            else self.path.with_name(f"{self.path.name}.replaced-{stamp}")
+        )
+        aside.mkdir(parents=True, exist_ok=False)
+        moved = []
+        for path in files:
+            target = aside / path.relative_to(self.path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+            moved.append(path.relative_to(self.path))
+        records = self._records()
+        self._replaced = (how, aside, moved, records.pop(self.stage, None))
+        (self.path / RECORD_FILE).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
         if how == "delete":
-            for path in files:
-                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
             print(
-                f"overwrite: delete: the earlier run's {len(files)} files and folders in {self.path} were deleted."
+                f"overwrite: delete: the earlier run's {len(files)} files and folders in {self.path} are deleted "
+                "once the new run starts (put back if it fails before)."
             )
         else:
-            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-            aside = self.path.with_name(f"{self.path.name}.replaced-{stamp}")
-            aside.mkdir(parents=True, exist_ok=False)
-            for path in files:
-                os.replace(path, aside / path.name)
             print(f"overwrite: the earlier run in {self.path} was moved to {aside}.")
-        records = self._records()
-        records.pop(self.stage, None)
-        (self.path / RECORD_FILE).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
+
+    def _finish_replacing(self) -> None:
+        """The new run has started: what ``overwrite: delete`` put aside goes (``true`` keeps it aside)."""
+        replaced, self._replaced = getattr(self, "_replaced", None), None
+        if replaced is not None and replaced[0] == "delete":
+            shutil.rmtree(replaced[1], ignore_errors=True)
+
+    def _restore_replaced(self) -> None:
+        """The run ended before it started: the files ``overwrite`` put aside, and the stage's record, back."""
+        replaced, self._replaced = getattr(self, "_replaced", None), None
+        if replaced is None:
+            return
+        how, aside, moved, record = replaced
+        for relative in moved:
+            target = self.path / relative
+            if target.exists() or target.is_symlink():
+                _remove(target)  # this run's own new copy (a tokenizer it trained before failing)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(aside / relative, target)
+        shutil.rmtree(aside, ignore_errors=True)
+        if record is not None:
+            records = self._records()
+            records[self.stage] = record
+            (self.path / RECORD_FILE).write_text(json.dumps(records, indent=2, default=str), encoding="utf-8")
+        print(f"The run did not start: the earlier run's files are back in {self.path}.")
 
     def other_files(self) -> list[str]:
         """The folder's entries that are not a run's own (its lock and record aside)."""
@@ -303,6 +351,10 @@ class RunFolder:
             for entry in self.path.iterdir()
             if entry.name not in (LOCK_FILE, RECORD_FILE, f".{RECORD_FILE}.tmp")
         )
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
 
 
 def inside(path: Path, folder: Path) -> bool:

@@ -56,11 +56,6 @@ class TranslationTask(Task):
         trained_tokenizer = [] if args.tokenizer_path or args.init_from else [folder / "tokenizer"]
         return super().own_files(args, folder) + trained_tokenizer
 
-    def holds_run(self, args, folder: Path) -> bool:
-        return super().holds_run(args, folder) or (
-            not args.tokenizer_path and (folder / "tokenizer").exists()
-        )
-
     def setup(self, args, folder) -> dict:
         splits = prepare_data(args)
         if "train" not in splits:
