@@ -16,6 +16,7 @@ from conftest import TINY_MODEL, TINY_RUN, run_without_the_package
 from safetensors.torch import load_file
 
 from vanilla_transformer.cli import main
+from vanilla_transformer.train.common.recipes import find_recipe
 from vanilla_transformer.train.common.run_folder import RunFolderError
 from vanilla_transformer.train.run import train_recipe
 from vanilla_transformer.train.tasks import TASKS
@@ -110,6 +111,20 @@ def test_overwrite_puts_the_earlier_run_back_when_the_new_one_fails_before_it_st
         train_recipe(None, typo | {"validation_file": None})
     assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
     assert json.loads((folder / "run.json").read_text()) == record
+
+
+def test_a_run_of_another_task_in_the_folder_is_named_not_taken_for_this_one(tmp_path):
+    """Not in the issue's list: a causal-LM recipe pointed at a finished translation run is told which task
+    the folder holds, not asked to raise a budget to "train it further"."""
+    folder = tmp_path / "run"
+    train_recipe(None, translation(folder))
+    record = (folder / "run.json").read_text()
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(json.dumps({"text": f"a review {n}"}) + "\n" for n in range(20)))
+    lm = {"output_dir": str(folder), "resume": "true", "train_file": str(texts), "test_file": None}
+    with pytest.raises(RunFolderError, match=r"holds a translation run .*this run is causal-lm"):
+        train_recipe(find_recipe("imdb_causal_lm"), lm | {"unlabelled_files": []})
+    assert (folder / "run.json").read_text() == record
 
 
 def test_a_run_refused_after_opening_its_folder_leaves_it_as_found_and_the_corrected_command_runs(tmp_path):

@@ -23,13 +23,18 @@ from datasets import Dataset
 from tokenizers import processors
 from transformers import default_data_collator
 
-from ..classification_pipeline import clean_text
 from ..fast_dropout import use_fast_dropout
 from ..loading import is_hub_id
 from ..model_card import Result, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForCausalLM, sequence_losses
 from .classification.arguments import ClassificationArguments, load_classification_arguments
-from .classification.data import check_data_paths, load_split, pretraining_dataset, split_validation
+from .classification.data import (
+    check_data_paths,
+    pretraining_dataset,
+    read_texts,
+    split_validation,
+    text_corpus,
+)
 from .classification.setup import classification_tokenizer, data_name
 from .classification.task import EncoderTask
 from .common.budget import BudgetedTrainer
@@ -71,39 +76,19 @@ def plain_text_tokenizer(tokenizer):
     return tokenizer
 
 
-def read_texts(args: CausalLMArguments, file: str) -> tuple[list[str], str]:
-    """The texts of one file or Hub split (``text_column``; labels, if any, are not read) and its name."""
-    data, where = load_split(args, file, labelled=False)
-    if args.text_column not in data.column_names:
-        raise ValueError(
-            f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}."
-        )
-    return list(data[args.text_column]), where
-
-
 def language_model_texts(args: CausalLMArguments) -> tuple[list[str], list[str]]:
-    """``(corpus, validation)``: the training file's texts and ``unlabelled_files``', less the validation
-    texts (``validation_file``, else ``validation_size`` of the training file's distinct texts, drawn by
-    ``seed``) and less any test text, so validation and test perplexity are on text never trained on."""
+    """``(corpus, validation)``: the training file's texts, less the validation texts (``validation_file``,
+    else ``validation_size`` of its distinct texts, drawn by ``seed``), plus ``unlabelled_files``, less any
+    validation or test text (``text_corpus``): perplexity is measured on text never trained on."""
     texts, _ = read_texts(args, args.train_file)
+    column = args.text_column
     if args.validation_file:
-        held_out, _ = read_texts(args, args.validation_file)
+        held_out = read_texts(args, args.validation_file)[0]
     else:
-        train, validation = split_validation(
-            Dataset.from_dict({args.text_column: texts}), args.validation_size, args.seed, args.text_column
-        )
-        texts, held_out = list(train[args.text_column]), list(validation[args.text_column])
-    for file in args.unlabelled_files:
-        texts += read_texts(args, file)[0]
-    excluded = {clean_text(text) for text in held_out}
-    if args.test_file:
-        excluded |= {clean_text(text) for text in read_texts(args, args.test_file)[0]}
-    corpus = [text for text in texts if clean_text(text) not in excluded]
-    print(
-        f"Training on {len(corpus):,} texts ({len(texts) - len(corpus):,} dropped: validation or test text); "
-        f"{len(held_out):,} held out for validation."
-    )
-    return corpus, held_out
+        data = Dataset.from_dict({column: texts})
+        train, validation = split_validation(data, args.validation_size, args.seed, column)
+        texts, held_out = list(train[column]), list(validation[column])
+    return text_corpus(args, texts, held_out), held_out
 
 
 class CausalLMTrainer(BudgetedTrainer):

@@ -9,8 +9,9 @@
    folder as it found it;
 2. **open** the run folder (``output_dir``): lock it, decide to start or continue (``resume``) or replace the
    run's own files (``overwrite``), and keep its record ``run.json`` (``run_folder.py``);
-3. **build** data, tokenizer and model (``Task.setup``), then the settings a resumed run must keep and the
-   checkpoint it continues from (``run_trainer.resume_checkpoint``);
+3. **build** the data (``Task.setup``), the settings a resumed run must keep and the checkpoint it
+   continues from (``run_trainer.resume_checkpoint``), then the tokenizer and the model
+   (``Task.build_model``);
 4. **precision** once, with one record (``precision_record``), printed and carried into results and card;
 5. **clock and session budget** (``run_minutes`` over every invocation, ``session_minutes`` for this one);
 6. **signals**: SIGTERM / SIGINT / SIGUSR1 stop after the update in flight, with a checkpoint
@@ -57,6 +58,7 @@ def run(task: Task, args) -> dict:
         own_files=lambda path: task.own_files(args, path),
         holds_run=lambda path: task.holds_run(args, path),
         is_main=args.process_index == 0,
+        task=task.name,
     )
     if args.overwrite != "false":
         refuse_reads_among_own_files(task, args, folder)

@@ -275,29 +275,37 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     """``(corpus, validation)``: the texts pre-training learns from and the held-out ones it may report on.
 
     The corpus is the training file without its validation texts (``training_and_validation``, the split
-    fine-tuning validates on with the same ``validation_size`` and seed), plus ``unlabelled_files``; any
-    text that is also a validation or test text is dropped (IMDB's unlabelled file repeats 266 test
-    reviews word for word), so fine-tuning's choices and the final score stay on text pre-training never
-    saw."""
+    fine-tuning validates on with the same ``validation_size`` and seed), plus ``unlabelled_files``, less
+    any validation or test text (``text_corpus``), so fine-tuning's choices and the final score stay on text
+    pre-training never saw."""
     train, validation = training_and_validation(args, seed)
-    texts = list(train[args.text_column])
-    for file in args.unlabelled_files:
-        data, where = load_split(args, file, labelled=False)
-        if args.text_column not in data.column_names:
-            raise ValueError(
-                f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}."
-            )
-        texts += list(data[args.text_column])
     held_out = list(validation[args.text_column])
+    return text_corpus(args, list(train[args.text_column]), held_out), held_out
+
+
+def read_texts(args: ClassificationArguments, file: str) -> tuple[list[str], str]:
+    """The texts of one file or Hub split (``text_column``; labels, if any, are not read) and its name."""
+    data, where = load_split(args, file, labelled=False)
+    if args.text_column not in data.column_names:
+        raise ValueError(
+            f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}."
+        )
+    return list(data[args.text_column]), where
+
+
+def text_corpus(args: ClassificationArguments, texts: list[str], held_out: list[str]) -> list[str]:
+    """``texts`` and the ``unlabelled_files``' texts, less any that is also a held-out (validation) or test
+    text: IMDB's unlabelled file repeats 266 test reviews word for word. Prints what it kept and dropped."""
+    texts = texts + [text for file in args.unlabelled_files for text in read_texts(args, file)[0]]
     excluded = {clean_text(text) for text in held_out}
     if args.test_file:
-        excluded |= {clean_text(text) for text in load_labelled(args, args.test_file)[args.text_column]}
+        excluded |= {clean_text(text) for text in read_texts(args, args.test_file)[0]}
     corpus = [text for text in texts if clean_text(text) not in excluded]
     print(
-        f"Pre-training on {len(corpus):,} texts ({len(texts) - len(corpus):,} dropped: validation or test text); "
+        f"Training on {len(corpus):,} texts ({len(texts) - len(corpus):,} dropped: validation or test text); "
         f"{len(held_out):,} held out."
     )
-    return corpus, held_out
+    return corpus
 
 
 def pretraining_dataset(texts: list[str], tokenizer, args: ClassificationArguments) -> Dataset:
@@ -322,6 +330,8 @@ def pretraining_dataset(texts: list[str], tokenizer, args: ClassificationArgumen
 __all__ = [
     "DATA_SETTINGS",
     "check_data_paths",
+    "read_texts",
+    "text_corpus",
     "load_labelled",
     "split_validation",
     "label_maps",

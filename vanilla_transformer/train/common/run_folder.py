@@ -105,8 +105,9 @@ class RunFolder:
         own_files: Callable[[Path], Iterable[Path]],
         holds_run: Callable[[Path], bool],
         is_main: bool = True,
+        task: str | None = None,
     ):
-        self.path, self.stage = Path(path), stage
+        self.path, self.stage, self.task = Path(path), stage, task
         self.own_files, self.holds_run = own_files, holds_run
         self.is_main = is_main
         self._lock = None
@@ -257,6 +258,13 @@ class RunFolder:
             if overwrite != "false":
                 self._clear(overwrite)
                 return False
+            recorded = previous.get("task")
+            if recorded is not None and self.task is not None and recorded != self.task:
+                raise RunFolderError(
+                    f"{self.path} holds a {recorded} run ({describe(previous)}); this run is {self.task}, which "
+                    "cannot continue it. Choose another output_dir, or set overwrite: true to replace it (resume "
+                    "unset)."
+                )
             if resume == "false":
                 raise RunFolderError(
                     f"{self.path} already holds a run ({describe(previous)}). Set resume: true to continue it, "

@@ -122,10 +122,6 @@ class TranslationTask(Task):
     def epochs_over(self, args, state) -> bool:
         return args.max_epochs is not None and state.epoch >= args.max_epochs - 1e-9
 
-    def run_over(self, args, state, clock) -> bool:
-        over_time = clock.budget_minutes is not None and clock.last_progress >= 1
-        return state.global_step >= args.max_steps or over_time or self.epochs_over(args, state)
-
     def finish(self, args, setup: dict, trainer, precision: dict, clock) -> dict:
         results = finish(trainer, setup["splits"], precision, clock.elapsed_seconds / 60)
         return {"model": str(Path(args.output_dir) / "model"), **results}
