@@ -92,8 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=4, help="The tiny model's output bound.")
     options = parser.parse_args(argv)
 
+    from vanilla_transformer.data.synthetic import synthetic_pairs
     from vanilla_transformer.model_card import hardware
-    from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
     sentences = [
         pair["en"] for pair in synthetic_pairs(max(*options.lines, 5000), seed=0)

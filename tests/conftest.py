@@ -2,6 +2,7 @@
 real BPE tokenizer, and the folders every module that only reads one shares: one tiny translation run trained
 through the `train` command, and one tiny classifier."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -186,11 +187,20 @@ TRAINED_RUN = {
 
 
 def trained_run_settings(folder) -> list[str]:
-    """The shared run's `--set` options with ``output_dir=folder``: `train` trains it, `evaluate` and
-    training/choose_on_validation.py read its data splits with them."""
+    """The shared run's `--set` options with ``output_dir=folder``: `train` trains it, and
+    training/choose_on_validation.py reads its data splits with them."""
     values = [f"{key}={value}" for key, value in TRAINED_RUN.items()]
     values += [f"model.{key}={value}" for key, value in TINY_MODEL.items()] + [f"output_dir={folder}"]
     return [f"--set={value}" for value in values]
+
+
+def trained_run_data_settings() -> list[str]:
+    """The `--set` options of the shared run's data settings: what `evaluate` reads its splits with (it
+    refuses a setting that is not a data setting)."""
+    from vanilla_transformer.data.translation import TranslationData
+
+    names = {field.name for field in dataclasses.fields(TranslationData)}
+    return [f"--set={key}={value}" for key, value in TRAINED_RUN.items() if key in names]
 
 
 def _read_only(folder: Path):

@@ -10,10 +10,10 @@ from test_config import paper_parameter_count
 from transformers import AutoTokenizer
 
 from vanilla_transformer.cli import main
+from vanilla_transformer.data.translation import prepare_data
 from vanilla_transformer.train import run as run_module
 from vanilla_transformer.train.translation import ablation
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.data import prepare_data
 
 # Run once (.ci/run): the rows train, save and score through the translation trainer, whose use of
 # accelerate, transformers and datasets tests/test_training.py checks at both ends of the ranges; what is

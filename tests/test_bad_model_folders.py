@@ -94,6 +94,18 @@ def build_bad_folders(root, tokenizer, classifier: bool) -> dict:
     config.vocab_size = SMALL_VOCAB
     _save(model_class(config), root / "big-tokenizer", tokenizer)
     folders |= {"bert": root / "bert", "marian": root / "marian", "big-tokenizer": root / "big-tokenizer"}
+    # Folders of another kind, and one copied in part (issue 56, item 5).
+    shutil.copytree(good, root / "no-tokenizer-json")
+    (root / "no-tokenizer-json" / "tokenizer.json").unlink()  # tokenizer_config.json stays
+    shutil.copytree(good, root / "run-folder" / "model")
+    (root / "run-folder" / "run.json").write_text("{}", encoding="utf-8")
+    tokenizer.save_pretrained(root / "tokenizer-only")
+    ct2 = root / "ct2-export"
+    ct2.mkdir()
+    for name, text in [("model.bin", "binary"), ("config.json", "{}"), ("shared_vocabulary.json", "[]")]:
+        (ct2 / name).write_text(text, encoding="utf-8")
+    for case in ("no-tokenizer-json", "run-folder", "tokenizer-only", "ct2-export"):
+        folders[case] = root / case
     return folders
 
 
@@ -128,6 +140,18 @@ def expected(case: str, folder, tokenizer, classifier: bool = False) -> list[str
             f"The tokenizer of {folder} has {len(tokenizer)} tokens but its config.json has "
             f"vocab_size={SMALL_VOCAB}"
         ],
+        "no-tokenizer-json": [
+            f"{folder} has no tokenizer.json, the model's tokenizer (tokenizer_config.json is there: the "
+            "folder was copied in part). Copy it from the folder the model was saved in"
+        ],
+        "run-folder": [
+            f"{folder} is a training run's folder: its model is {folder}/model. Pass that folder."
+        ],
+        "tokenizer-only": [f"{folder} holds a tokenizer but no model (a run's tokenizer/ folder)"],
+        "ct2-export": [
+            f"{folder} is a CTranslate2 export (model.bin): `translate --engine ctranslate2 --model {folder}` "
+            "runs it"
+        ],
     }[case]
 
 
@@ -137,11 +161,7 @@ def _arguments(command: str, folder, good, tmp_path) -> list[str]:
     source.write_text("a wonderful film\n", encoding="utf-8")
     labelled.write_text(json.dumps({"text": "a wonderful film", "label": 1}) + "\n", encoding="utf-8")
     model = ["--model", str(folder)]
-    tiny_data = [
-        "--set=synthetic_train_size=8",
-        "--set=synthetic_eval_size=2",
-        f"--set=output_dir={tmp_path}",
-    ]
+    tiny_data = ["--set=synthetic_train_size=8", "--set=synthetic_eval_size=2"]
     return {
         "translate": ["translate", *model, "--input", str(source), "--output", out, "--beams", "1"],
         "evaluate": ["evaluate", *model, *tiny_data, "--output", out],
@@ -153,7 +173,6 @@ def _arguments(command: str, folder, good, tmp_path) -> list[str]:
             *model,
             "--file",
             str(labelled),
-            f"--set=output_dir={tmp_path}",
         ],
         "export-onnx": ["export-onnx", *model, "--output", out],
         "export-ct2": ["export-ct2", *model, "--output", out],
@@ -182,6 +201,10 @@ CASES = [
     "bert",
     "marian",
     "big-tokenizer",
+    "no-tokenizer-json",
+    "run-folder",
+    "tokenizer-only",
+    "ct2-export",
 ]
 
 
@@ -208,6 +231,8 @@ def test_a_bad_folder_is_one_line_naming_the_file_or_field(
     extra = {"demo": "gradio", "export-ct2": "ctranslate2"}.get(command)
     if extra and importlib.util.find_spec(extra) is None:
         pytest.skip(f"{command} needs {extra}, an optional extra")
+    if (command, case) == ("average", "run-folder"):
+        pytest.skip("average reads a run folder's model/ (README: `average RUN --last N` and a run folder)")
     classifier = command == "classify evaluate"
     chosen = folders["classifier" if classifier else "translation"]
     folder = chosen[case]
@@ -222,6 +247,26 @@ def test_a_bad_folder_is_one_line_naming_the_file_or_field(
     for part in expected(case, folder, tokenizer, classifier):
         assert part in message, message
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+@pytest.mark.parametrize("command", ["translate", "evaluate", "classify evaluate"])
+def test_a_model_of_another_kind_is_named_with_the_command_that_takes_it(
+    command, folders, tmp_path, nothing_leaves
+):
+    """A classifier given to a translation command (and a translation model to ``classify evaluate``) is
+    named as what it is and what takes it, not as a folder that lacks the decoder's tensors."""
+    classifier = command != "classify evaluate"
+    folder = folders["classifier" if classifier else "translation"]["good"]
+    good = folders["translation"]["good"]
+    with pytest.raises(SystemExit) as refused:
+        main(_arguments(command, folder, good, tmp_path))
+    message = str(refused.value.code)
+    what, needed = ("a sentence classifier", "a translation model")
+    if not classifier:
+        what, needed = needed, what
+    assert message.startswith(f"error: {folder} holds {what} (") and "\n" not in message, message
+    assert message.endswith(f"take it. This command needs {needed}."), message
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_config_that_does_not_fit_the_weights_names_the_tensor(folders, tmp_path):

@@ -22,7 +22,7 @@ from transformers import AutoTokenizer, pipeline
 from transformers.testing_utils import CaptureLogger
 
 import vanilla_transformer  # noqa: F401  (registers the "vanilla-translation" pipeline)
-from vanilla_transformer import VanillaTransformerForConditionalGeneration, inference
+from vanilla_transformer import VanillaTransformerForConditionalGeneration, long_inputs
 from vanilla_transformer.cli import main
 from vanilla_transformer.inference import translate
 from vanilla_transformer.translation_pipeline import logger as pipeline_logger
@@ -168,10 +168,10 @@ def test_an_over_long_line_is_truncated_with_a_warning_that_names_the_limit(tmp_
     VanillaTransformerForConditionalGeneration(tiny_config()).eval().save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     long_line = " ".join(CORPUS[:4] * 6)  # 157 tokens: far beyond the tokenizer's model_max_length of 64
-    with CaptureLogger(inference.logger) as captured:
+    with CaptureLogger(long_inputs.logger) as captured:
         out = _translate(folder, [long_line, "great acting"], tmp_path)
     assert len(out) == 2
-    assert "max_source_length=64" in captured.out and "1 of 2 sentences" in captured.out
+    assert captured.out.startswith("Cut line 1 to its first 64 tokens, the most this model reads")
     # The over-long line's translation is that of its first 63 tokens (+ </s>), given as a line of its own;
     # its last 63 tokens translate otherwise (the untrained model's output follows its input).
     head, tail = _translate(
@@ -282,7 +282,12 @@ def test_an_empty_file_names_the_file(task, content, tmp_path):
     [
         ("translation", {"translation": {"de": "Hallo"}}, "language key 'en' is missing; the row has ['de']"),
         ("translation", {"translation": {"de": "Hallo", "en": None}}, "language key 'en' is None, not text"),
-        ("classification", {"text": "a film", "label": "pos"}, "'label' is 'pos'; labels must be integers"),
+        (
+            "classification",
+            {"text": "a film", "label": "pos"},
+            "'label' is 'pos'; labels must be integers, the class ids 0, 1, ...: map each class to its id "
+            "and name the classes with `class_names`",
+        ),
         (
             "classification",
             {"review": "a film", "label": 1},

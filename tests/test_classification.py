@@ -21,13 +21,13 @@ from vanilla_transformer import VanillaTransformerForMaskedLM, VanillaTransforme
 from vanilla_transformer.classification_pipeline import LongText, clean_text, encode_long_texts
 from vanilla_transformer.evaluation import evaluate_classifier
 from vanilla_transformer.metrics import classification_metrics
+from vanilla_transformer.recipes import parse_overrides, read_recipe
 from vanilla_transformer.tokenization import MASK_TOKEN, train_bpe_tokenizer
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
 from vanilla_transformer.train.classification.data import pretraining_texts
 from vanilla_transformer.train.classification.pretraining_task import PretrainingTask
 from vanilla_transformer.train.classification.setup import model_config
 from vanilla_transformer.train.classification.task import ClassificationTask
-from vanilla_transformer.train.common.recipes import parse_overrides, read_recipe
 from vanilla_transformer.train.run import train_recipe
 from vanilla_transformer.train.tasks import get_task
 
@@ -137,12 +137,14 @@ def test_recipe_model_block_is_checked_with_the_file_named(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("output_dir: runs/x\nmodel:\n  d_model: 64\n  num_layers: 2\n")
     with pytest.raises(
-        ValueError, match=r"recipe.yaml: Unknown model setting\(s\): model\.num_layers\. .*num_encoder_layers"
+        ValueError,
+        match=r"recipe.yaml: Unknown model setting\(s\): model\.num_layers \(did you mean .*num_encoder_layers",
     ):
         load_classification_arguments(str(recipe), {}, "train")
     recipe.write_text("output_dir: runs/x\nd_model: 64\n")  # model settings live only in the model block
     with pytest.raises(
-        ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: d_model\. Known settings: .*model"
+        ValueError,
+        match=r"Unknown setting\(s\) in .*recipe.yaml: d_model \(a model setting: put it under `model:`",
     ):
         load_classification_arguments(str(recipe), {}, "train")
     recipe.write_text("output_dir: runs/x\nbf16: true\n")  # precision is mixed_precision's
@@ -441,7 +443,7 @@ def test_bad_input_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"nolabel.jsonl.gz line 1: column 'label' is missing"):
         train(tmp_path, train_file=str(nolabel))
     with pytest.raises(
-        ValueError, match=r"Unknown setting\(s\) in --set: learning_rat\. Known settings: .*learning_rate"
+        ValueError, match=r"Unknown setting\(s\) in --set: learning_rat \(did you mean learning_rate\?\)\.$"
     ):
         arguments(tmp_path, learning_rat=0.1)
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from conftest import TRAINED_RUN, trained_run_settings
+from conftest import TRAINED_RUN, trained_run_data_settings, trained_run_settings
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer.cli import main
+from vanilla_transformer.data.translation import prepare_data
 from vanilla_transformer.metrics import bleu_scores
 from vanilla_transformer.train.translation.arguments import load_arguments
-from vanilla_transformer.train.translation.data import prepare_data
 
 # -- BLEU ---------------------------------------------------------------------------------------------------
 
@@ -65,7 +65,7 @@ def test_evaluate_reproduces_the_runs_own_test_bleu(trained_run, tmp_path, capsy
             "evaluate",
             "--model",
             str(trained_run / "model"),
-            *trained_run_settings(trained_run),
+            *trained_run_data_settings(),
             "--output",
             str(output),
         ]
@@ -100,7 +100,7 @@ def test_evaluate_tries_another_decoding_without_changing_the_folder(trained_run
             "evaluate",
             "--model",
             str(trained_run / "model"),
-            *trained_run_settings(trained_run),
+            *trained_run_data_settings(),
             "--split",
             "validation",
             "--beams",
@@ -137,7 +137,7 @@ def test_evaluate_tries_another_decoding_without_changing_the_folder(trained_run
                 "evaluate",
                 "--model",
                 str(trained_run / "model"),
-                *trained_run_settings(trained_run),
+                *trained_run_data_settings(),
                 "--beams",
                 "0",
             ]
@@ -250,7 +250,7 @@ def test_choose_on_validation_scores_windows_then_decodings(trained_run, tmp_pat
     assert [row["last"] for row in results["windows"]] == [1, 3]  # 3 checkpoints: no window of 4
     assert results["windows"][1]["checkpoints"] == ["checkpoint-50", "checkpoint-100", "checkpoint-150"]
     assert "--last 4: only 3 checkpoints" in capsys.readouterr().out
-    main(["evaluate", "--model", str(run / "model"), *trained_run_settings(run), "--split", "validation"])
+    main(["evaluate", "--model", str(run / "model"), *trained_run_data_settings(), "--split", "validation"])
     validation = json.loads((run / "model" / "validation_scores.json").read_text())
     assert results["windows"][0]["sacrebleu"] == pytest.approx(validation["sacrebleu"])
     decodings = {(row["num_beams"], row["length_penalty"]) for row in results["decoding"]}

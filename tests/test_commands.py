@@ -23,9 +23,9 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForCausalLM, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
+from vanilla_transformer.data.synthetic import synthetic_pairs
 from vanilla_transformer.train import run as run_module
 from vanilla_transformer.train.common.checkpoints import latest_checkpoint
-from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
 LINES = [CORPUS[0], CORPUS[1], "", CORPUS[4], CORPUS[2]]  # --batch-size 2: chunks of 2, 2 and 1
 

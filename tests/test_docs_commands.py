@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from vanilla_transformer.cli import build_parser
+from vanilla_transformer.data.classification import ClassificationData
+from vanilla_transformer.data.translation import TranslationData
+from vanilla_transformer.recipes import find_recipe, parse_overrides
 from vanilla_transformer.train import run as run_module
-from vanilla_transformer.train.classification.arguments import load_classification_arguments
-from vanilla_transformer.train.common.recipes import find_recipe, parse_overrides
 from vanilla_transformer.train.run import train_recipe
-from vanilla_transformer.train.translation.arguments import load_arguments
 
 # The task `classify <stage>` names for `train_recipe` (its aliases of `train`).
 CLASSIFY_TASKS = {"train": "classification", "pretrain": "pretraining"}
@@ -83,10 +83,10 @@ def test_each_command_parses_and_its_settings_are_known(where, argv, monkeypatch
         # task's arguments; the run itself is left out.
         monkeypatch.setattr(run_module, "run", lambda task, args: {"task": task.name})
         train_recipe(recipe, overrides, CLASSIFY_TASKS.get(getattr(options, "stage", None)))
-    elif options.command == "evaluate":
-        load_arguments(recipe, overrides)
+    elif options.command == "evaluate":  # the recipe's data settings, as `evaluate` reads them
+        TranslationData.from_recipe(recipe, overrides)
     elif options.command == "classify":
-        load_classification_arguments(recipe, overrides, options.stage)
+        ClassificationData.from_recipe(recipe, overrides)
 
 
 def test_scripts_the_pages_run_exist():

@@ -20,8 +20,8 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerForSequenceClassification,
 )
+from vanilla_transformer.data.synthetic import synthetic_pairs
 from vanilla_transformer.hub import missing_files
-from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "examples" / "fine_tune.py"

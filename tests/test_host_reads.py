@@ -1,8 +1,10 @@
-"""No host synchronisation in the model's forward (issue 50, item 3): an eager forward and a cached decoding
-step read no tensor value back to Python from the package's own code (on an accelerator each such read
-waits for the device), and token ids are checked where they enter instead, with the error the forward used
-to give: the pipelines, ``translate()`` (the ``translate`` and ``evaluate`` commands), the training runs'
-tokenized data, and the model's opt-in ``check_inputs``."""
+"""No host synchronisation in the model's forward on an accelerator (issue 50, item 3): there an eager forward
+and a cached decoding step read no tensor value back to Python from the package's own code (each such read
+waits for the device), and token ids are checked where they enter instead: the pipelines, ``translate()``
+(the ``translate`` and ``evaluate`` commands), the training runs' tokenized data, and the model's opt-in
+``check_inputs``. On the CPU, where a read costs nothing, the forward itself checks (issue 56, item 3).
+
+The tests run on the CPU; ``on_an_accelerator`` makes the model take its tensors for an accelerator's."""
 
 import inspect
 import os
@@ -18,6 +20,7 @@ import vanilla_transformer
 from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerForSequenceClassification,
+    modeling_vanilla_transformer,
 )
 from vanilla_transformer.classification_pipeline import LongText, LongTextClassificationPipeline
 from vanilla_transformer.configuration_vanilla_transformer import check_token_ids
@@ -36,6 +39,12 @@ HOST_READS = {
     torch.Tensor.__float__,
 }
 OUTSIDE = r"Token id {} is outside the vocabulary: ids must lie in \[0, vocab_size={}\)"
+
+
+@pytest.fixture
+def on_an_accelerator(monkeypatch):
+    """The forward treats every tensor as an accelerator's: no value read unless ``check_inputs`` asks."""
+    monkeypatch.setattr(modeling_vanilla_transformer, "host_reads_free", lambda tensor: False)
 
 
 class HostReads(TorchFunctionMode):
@@ -79,14 +88,14 @@ def forward_and_step(model) -> tuple[list, list]:
 
 
 @pytest.mark.parametrize("position_encoding", ["sinusoidal", "learned"])
-def test_a_forward_and_a_cached_step_read_no_tensor_value_on_the_host(position_encoding):
+def test_a_forward_and_a_cached_step_read_no_tensor_value_on_the_host(position_encoding, on_an_accelerator):
     model = VanillaTransformerForConditionalGeneration(
         tiny_config(position_encoding=position_encoding)
     ).eval()
     assert forward_and_step(model) == ([], [])
 
 
-def test_the_counter_finds_the_reads_of_the_opt_in_check():
+def test_the_counter_finds_the_reads_of_the_opt_in_check(on_an_accelerator):
     """The counter sees what the forward did on every call before: two reads of the ids per embedding (4 in a
     forward, 2 in a decoding step), and one of the positions per learned table; now only when asked."""
     model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
@@ -102,7 +111,7 @@ def test_the_counter_finds_the_reads_of_the_opt_in_check():
     assert (len(forward), len(step)) == (6, 3)
 
 
-def test_a_classifier_with_labels_reads_no_tensor_value_on_the_host():
+def test_a_classifier_with_labels_reads_no_tensor_value_on_the_host(on_an_accelerator):
     model = VanillaTransformerForSequenceClassification(tiny_config(num_labels=2)).eval()
     with torch.no_grad(), HostReads() as counted:
         loss = model(input_ids=random_ids(2, 5), labels=torch.tensor([0, 1])).loss
@@ -188,7 +197,7 @@ def test_encoded_classification_texts_refuse_ids_outside_the_vocabulary(tokenize
         encode_texts(texts, tokenizer, args, reading, with_labels=True, vocab_size=10)
 
 
-def test_the_opt_in_check_refuses_ids_positions_and_labels_in_the_forward():
+def test_the_opt_in_check_refuses_ids_positions_and_labels_in_the_forward(on_an_accelerator):
     """For users who call the model directly: off by default (no host reads), on with ``check_inputs``."""
     model = VanillaTransformerForConditionalGeneration(
         tiny_config(position_encoding="learned", max_position_embeddings=8)
@@ -212,3 +221,27 @@ def test_the_opt_in_check_refuses_ids_positions_and_labels_in_the_forward():
         and not model.model.encoder.embed_positions.check_inputs
     )
     assert forward_and_step(model.eval()) == ([], [])
+
+
+def test_on_the_cpu_the_forward_names_an_id_a_position_and_a_label_it_cannot_take():
+    """Issue 56: ``model(input_ids)`` with an id past the vocabulary was torch's ``IndexError: index out of
+    range in self``; on the CPU the forward now names the id (and a position past a learned table, and a
+    classifier's label past ``num_labels``) without ``check_inputs``, since the reads cost nothing there."""
+    model = VanillaTransformerForConditionalGeneration(
+        tiny_config(position_encoding="learned", max_position_embeddings=8)
+    )
+    assert not model.check_inputs
+    vocab = model.config.vocab_size
+    with pytest.raises(ValueError, match="input_ids: " + OUTSIDE.format(vocab, vocab)):
+        model(input_ids=torch.tensor([[5, vocab]]), decoder_input_ids=torch.tensor([[1]]))
+    with pytest.raises(ValueError, match=OUTSIDE.format(-1, vocab)):
+        model(input_ids=torch.tensor([[5, 6]]), decoder_input_ids=torch.tensor([[-1]]))
+    with pytest.raises(ValueError, match=r"Sequence needs position 8, but learned position embeddings hold"):
+        model.model.decoder.embed_positions(torch.tensor([[8]]), torch.float32)  # a cached step's position
+    classifier = VanillaTransformerForSequenceClassification(tiny_config(num_labels=2))
+    with pytest.raises(ValueError, match=r"Label 2 is outside \[0, num_labels=2\)"):
+        classifier(input_ids=random_ids(2, 4), labels=torch.tensor([1, 2]))
+    with torch.no_grad():  # what the model takes still runs
+        assert (
+            model(input_ids=random_ids(1, 8), decoder_input_ids=torch.tensor([[1]])).logits.shape[-1] == vocab
+        )

@@ -16,13 +16,14 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
+from vanilla_transformer.data.synthetic import synthetic_pairs
 from vanilla_transformer.loading import MODEL_CLASSES, check_model_folder, parameter_count
 from vanilla_transformer.tokenization import tokenizer_fingerprint
 from vanilla_transformer.train.common.recipes import build_config
-from vanilla_transformer.train.translation.synthetic import synthetic_pairs
 
 # A synthetic translation task of a few sentences: what the commands read before the refusal is cheap.
-TINY_DATA = ["--set=synthetic_train_size=8", "--set=synthetic_eval_size=4", "--set=vocab_size=300"]
+TINY_SPLITS = ["--set=synthetic_train_size=8", "--set=synthetic_eval_size=4"]  # what `evaluate` reads
+TINY_DATA = [*TINY_SPLITS, "--set=vocab_size=300"]
 TINY_MODEL = ["--set=model.d_model=16", "--set=model.d_ff=32", "--set=model.num_encoder_layers=1"]
 
 
@@ -161,7 +162,7 @@ def test_missing_data_files_are_named_all_at_once_before_the_run_starts(tmp_path
 
 
 def test_an_evaluate_split_the_data_lacks_is_refused_listing_those_it_has(translation_model, tmp_path):
-    message = refused(["evaluate", "--model", str(translation_model), "--split", "tset", *TINY_DATA])
+    message = refused(["evaluate", "--model", str(translation_model), "--split", "tset", *TINY_SPLITS])
     assert message == (
         "error: --split 'tset': the data (synthetic) has no such split; it has train, validation, test."
     )
@@ -174,7 +175,7 @@ def test_references_of_another_length_are_refused_before_translating(translation
     output = tmp_path / "hypotheses.txt"
     message = refused(
         ["evaluate", "--model", str(translation_model), f"--set=tokenized_test_references={references}"]
-        + ["--output", str(output), *TINY_DATA]
+        + ["--output", str(output), *TINY_SPLITS]
     )
     assert (
         f"tokenized_test_references: {references} has 3 lines but the test split has 4 sentences" in message
@@ -262,9 +263,7 @@ def test_a_label_outside_the_class_names_is_refused_naming_the_line(tmp_path):
 
 def test_classify_evaluate_names_the_row_of_a_label_outside_num_labels(tmp_path, classifier_folder):
     labelled = _reviews(tmp_path / "three.jsonl.gz", [0, 1, 2, 1])
-    message = refused(
-        _classify("evaluate", tmp_path, "--model", str(classifier_folder), "--file", str(labelled))
-    )
+    message = refused(["classify", "evaluate", "--model", str(classifier_folder), "--file", str(labelled)])
     assert f"{labelled}: labels [2] are outside the model's num_labels=2" in message
     assert "row 3's label 2" in message
 

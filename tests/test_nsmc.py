@@ -16,9 +16,9 @@ from transformers import AutoTokenizer, pipeline
 
 from vanilla_transformer import VanillaTransformerForSequenceClassification
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.classification import data as classification_data
+from vanilla_transformer.data import classification as classification_data
+from vanilla_transformer.data.classification import load_labelled, training_and_validation
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
-from vanilla_transformer.train.classification.data import load_labelled, training_and_validation
 
 RECIPE = Path(__file__).parent.parent / "vanilla_transformer" / "recipes" / "nsmc_supervised.yaml"
 
@@ -319,13 +319,11 @@ def test_the_recipe_trains_saves_and_scores_a_classifier_of_korean_reviews(nsmc_
     ]
     assert test["accuracy"] == pytest.approx(np.mean(agreed))  # what the pipeline predicts is what was scored
 
-    run_recipe("evaluate", "--model", str(folder), dataset=data / "hub", report_to="none")
+    run_recipe("evaluate", "--model", str(folder), dataset=data / "hub")
     scored = json.loads((folder / "eval_results.json").read_text())
     assert (scored["examples"], scored["accuracy"]) == (test["examples"], pytest.approx(test["accuracy"]))
     monkeypatch.setenv("VT_DATA_DIR", str(data))
-    run_recipe(
-        "evaluate", "--model", str(folder), "--file", "nsmc/ratings_test.txt", dataset="csv", report_to="none"
-    )
+    run_recipe("evaluate", "--model", str(folder), "--file", "nsmc/ratings_test.txt", dataset="csv")
     scored = json.loads((folder / "eval_results.json").read_text())
     assert (scored["examples"], scored["accuracy"]) == (test["examples"], pytest.approx(test["accuracy"]))
 

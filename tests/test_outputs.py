@@ -250,7 +250,7 @@ TINY_DATA = ["--set=synthetic_train_size=8", "--set=synthetic_eval_size=2"]
 def test_evaluate_writes_into_a_missing_folder_and_replaces_its_files_only_with_force(run, tmp_path, capsys):
     model = run / "model"
     output = tmp_path / "new" / "hypotheses.txt"
-    evaluate = ["evaluate", "--model", str(model), *TINY_DATA, f"--set=output_dir={tmp_path / 'data'}"]
+    evaluate = ["evaluate", "--model", str(model), *TINY_DATA]
     main([*evaluate, "--output", str(output)])
     assert len(output.read_text(encoding="utf-8").splitlines()) == 2
     scores = output.with_name("test_scores.json")

@@ -27,7 +27,7 @@ from test_classification import write_reviews
 from test_hub import CapturedHub
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.translation.synthetic import synthetic_pairs
+from vanilla_transformer.data.synthetic import synthetic_pairs
 
 pytestmark = (
     pytest.mark.newest_only

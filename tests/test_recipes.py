@@ -11,8 +11,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import vanilla_transformer  # noqa: F401  (registers the Auto classes)
 from vanilla_transformer.precision import resolve_mixed_precision
+from vanilla_transformer.recipes import read_recipe
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
-from vanilla_transformer.train.common.recipes import read_recipe
 from vanilla_transformer.train.run import train
 from vanilla_transformer.train.tasks import get_task
 from vanilla_transformer.train.translation.ablation import read_study
@@ -225,7 +225,7 @@ def test_the_wmt14_base_recipe_states_the_papers_setup_and_runs_three_updates_on
     row, read through the load_dataset call the Hub id takes) trains, averages and scores."""
     import pandas as pd
 
-    from vanilla_transformer.train.translation.synthetic import synthetic_pairs
+    from vanilla_transformer.data.synthetic import synthetic_pairs
 
     recipe = str(CONFIGS / "wmt14_en_de_base.yaml")
     args = load_arguments(recipe)
@@ -298,7 +298,7 @@ def test_a_wrong_trainer_setting_type_is_refused_by_name():
 
 
 def test_set_with_malformed_yaml_names_the_key():
-    from vanilla_transformer.train.common.recipes import parse_overrides
+    from vanilla_transformer.recipes import parse_overrides
 
     with pytest.raises(ValueError, match=r"--set max_tokens: '\[1' is not valid YAML"):
         parse_overrides(["max_tokens=[1"])

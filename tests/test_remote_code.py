@@ -92,8 +92,7 @@ def test_the_commands_that_load_a_folder_run_none_of_its_code(command, changed, 
             "translate": ["translate", "--model", translation, "--input", str(source), "--beams", "1"],
             "attention": ["attention", "--model", translation, "--text", "a film", "--target", "a film"]
             + ["--output", str(tmp_path / "maps")],
-            "classify evaluate": ["classify", "evaluate", "--model", classifier, "--file", str(labelled)]
-            + [f"--set=output_dir={tmp_path}", "--set=report_to=none"],
+            "classify evaluate": ["classify", "evaluate", "--model", classifier, "--file", str(labelled)],
         }[command]
     )
     assert not sentinel.exists()

@@ -16,7 +16,7 @@ from conftest import TINY_MODEL, TINY_RUN, run_without_the_package
 from safetensors.torch import load_file
 
 from vanilla_transformer.cli import main
-from vanilla_transformer.train.common.recipes import find_recipe
+from vanilla_transformer.recipes import find_recipe
 from vanilla_transformer.train.common.run_folder import RunFolderError
 from vanilla_transformer.train.run import train_recipe
 from vanilla_transformer.train.tasks import TASKS

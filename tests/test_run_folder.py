@@ -146,7 +146,7 @@ def test_classification_resume_passes_over_a_half_written_checkpoint(tmp_path, c
     resumed = dict(save_strategy="steps", save_steps=5, max_steps=10, resume="true")
     results = train_classification(tmp_path, **resumed)
     printed = capsys.readouterr().out
-    assert "checkpoint-50000 is damaged (trainer_state.json has " in printed
+    assert "checkpoint-50000 cannot be resumed from (trainer_state.json has " in printed
     assert f"Resuming from {good}." in printed
     assert results["updates"] == 10 and status(tmp_path / "run") == "finished"
 

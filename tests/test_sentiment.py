@@ -17,19 +17,14 @@ from transformers.utils import logging as transformers_logging
 
 from vanilla_transformer import VanillaTransformerForMaskedLM
 from vanilla_transformer.classification_pipeline import LongText, clean_text, encode_long_texts
-from vanilla_transformer.evaluation import predict_texts
+from vanilla_transformer.data.classification import load_labelled, split_validation, training_and_validation
+from vanilla_transformer.evaluation import evaluate_on_recipe_data, predict_texts
 from vanilla_transformer.metrics import classification_metrics
+from vanilla_transformer.recipes import parse_overrides
 from vanilla_transformer.train.classification.arguments import load_classification_arguments
-from vanilla_transformer.train.classification.data import (
-    load_labelled,
-    pretraining_texts,
-    split_validation,
-    training_and_validation,
-)
-from vanilla_transformer.train.classification.evaluate import evaluate_on_recipe_data
+from vanilla_transformer.train.classification.data import pretraining_texts
 from vanilla_transformer.train.classification.setup import classification_tokenizer
 from vanilla_transformer.train.common.budget import budget_schedule
-from vanilla_transformer.train.common.recipes import parse_overrides
 from vanilla_transformer.train.run import TrainLog, train
 from vanilla_transformer.train.tasks import get_task
 

@@ -21,22 +21,22 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 from vanilla_transformer import PRESETS, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.averaging import average_checkpoints
 from vanilla_transformer.cli import build_parser
+from vanilla_transformer.data.synthetic import german_number, synthetic_pairs
+from vanilla_transformer.data.translation import prepare_data
+from vanilla_transformer.recipes import parse_overrides, parse_yaml
 from vanilla_transformer.tokenization import train_bpe_tokenizer
 from vanilla_transformer.train.common.budget import TrainingClock
 from vanilla_transformer.train.common.checkpoints import STATE_FILE, checkpoint_dirs, latest_checkpoint
-from vanilla_transformer.train.common.recipes import parse_overrides, parse_yaml
 from vanilla_transformer.train.run import train
 from vanilla_transformer.train.translation.ablation import read_study
 from vanilla_transformer.train.translation.arguments import SYNTHETIC_MODEL, load_arguments
 from vanilla_transformer.train.translation.averaging import spaced_checkpoints
 from vanilla_transformer.train.translation.batching import TokenBudgetBatchSampler
-from vanilla_transformer.train.translation.data import prepare_data
 from vanilla_transformer.train.translation.schedule import (
     cooldown_factor,
     transformer_learning_rate,
     transformer_lr_scheduler,
 )
-from vanilla_transformer.train.translation.synthetic import german_number, synthetic_pairs
 from vanilla_transformer.train.translation.trainer import TranslationTrainer, build_model_config
 
 CONFIGS = Path(__file__).parent.parent / "training" / "configs"
@@ -552,7 +552,7 @@ def test_empty_file_names_the_file(tmp_path):
 def test_mismatched_line_counts_name_both_files(tmp_path):
     (tmp_path / "train.de").write_text("eins\nzwei\n")
     (tmp_path / "train.en").write_text("one\n")
-    from vanilla_transformer.train.translation.data import load_translation_splits
+    from vanilla_transformer.data.translation import load_translation_splits
 
     with pytest.raises(ValueError, match=r"train.de has 2 lines but .*train.en has 1"):
         load_translation_splits("text", "de", "en", files={"train": str(tmp_path / "train")})
@@ -652,12 +652,14 @@ def test_unknown_recipe_key_names_the_key_and_file(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("model:\n  d_model: 64\nlearning_rat: 0.1\n")
     with pytest.raises(
-        ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: learning_rat\. Known settings: .*max_steps"
+        ValueError,
+        match=r"Unknown setting\(s\) in .*recipe.yaml: learning_rat \(did you mean learning_rate\?\)\.$",
     ):
         load_arguments(str(recipe))
     recipe.write_text("d_model: 64\n")  # model settings live only in the model block
     with pytest.raises(
-        ValueError, match=r"Unknown setting\(s\) in .*recipe.yaml: d_model\. Known settings: .*model"
+        ValueError,
+        match=r"Unknown setting\(s\) in .*recipe.yaml: d_model \(a model setting: put it under `model:`",
     ):
         load_arguments(str(recipe))
 
@@ -666,7 +668,8 @@ def test_unknown_model_field_names_the_key_and_file(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("model:\n  d_model: 64\n  d_modle: 32\n")
     with pytest.raises(
-        ValueError, match=r"recipe.yaml: Unknown model setting\(s\): model\.d_modle\. .*d_model"
+        ValueError,
+        match=r"recipe.yaml: Unknown model setting\(s\): model\.d_modle \(did you mean d_model\?\)",
     ):
         load_arguments(str(recipe))
     recipe.write_text("model:\n  vocab_size: 64\n")  # the tokenizer's size, not the recipe's

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 from test_training import logged_losses, run
 
-from vanilla_transformer.train.common.checkpoints import checkpoint_dirs, damage
+from vanilla_transformer.train.common.checkpoints import checkpoint_dirs, damage, write_checksums
 from vanilla_transformer.train.translation.trainer import TranslationTrainer
 
 WEIGHT = "model.encoder.embed_tokens.weight"
@@ -86,6 +86,25 @@ def _truncate(path, keep=100):
     path.write_bytes(path.read_bytes()[:keep])
 
 
+class _Payload:
+    """What a pickle that runs code on load looks like: here it would only print."""
+
+    def __reduce__(self):
+        return (print, ("the payload ran",))
+
+
+def _with_payload(checkpoint, name):
+    """``name`` rewritten to hold a payload, and the checksums rewritten to match (issue 56): the checksums
+    cannot tell, the load must."""
+    torch.save({"state": {}, "param_groups": [], "extra": _Payload()}, checkpoint / name)
+    write_checksums(checkpoint)
+
+
+def _garbled(checkpoint, name):
+    (checkpoint / name).write_bytes(b"not a torch file at all")
+    write_checksums(checkpoint)
+
+
 def _flip_a_bit(path, offset=-50):
     data = bytearray(path.read_bytes())
     data[offset] ^= 0x01
@@ -113,8 +132,25 @@ def _flip_a_bit(path, offset=-50):
             "trainer_state.json has",
             marks=pytest.mark.newest_only,
         ),
+        # At both ends: what torch.load's weights_only says differs between releases.
+        pytest.param(
+            lambda c: _with_payload(c, "optimizer.pt"),
+            "optimizer.pt is unsafe: it holds a pickle that would run code, which torch.load refuses",
+        ),
+        pytest.param(
+            lambda c: _garbled(c, "rng_state.pth"),
+            "rng_state.pth is damaged and cannot be read",
+            marks=pytest.mark.newest_only,
+        ),
     ],
-    ids=["truncated-weights", "bit-flipped-weights", "truncated-optimizer", "broken-trainer-state"],
+    ids=[
+        "truncated-weights",
+        "bit-flipped-weights",
+        "truncated-optimizer",
+        "broken-trainer-state",
+        "unsafe-optimizer",
+        "garbled-rng-state",
+    ],
 )
 def test_resume_passes_over_a_damaged_checkpoint_to_the_newest_intact_one(tmp_path, capsys, hurt, named):
     settings = dict(save_steps=1, eval_steps=1000, model={"dropout": 0.1})
@@ -125,7 +161,8 @@ def test_resume_passes_over_a_damaged_checkpoint_to_the_newest_intact_one(tmp_pa
     capsys.readouterr()
     results, _ = run(tmp_path, "hurt", max_steps=5, resume=True, **settings)
     printed = capsys.readouterr().out
-    assert "checkpoint-3 is damaged (" in printed and named in printed
+    assert "checkpoint-3 cannot be resumed from (" in printed and named in printed
+    assert "the payload ran" not in printed
     assert "Resuming from" in printed and printed.split("Resuming from ")[1].split()[0].endswith(
         "checkpoint-2."
     )

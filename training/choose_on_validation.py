@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from vanilla_transformer.averaging import average_checkpoints
+from vanilla_transformer.data.translation import prepare_data
 from vanilla_transformer.evaluation import evaluate_folder
 from vanilla_transformer.train.translation.arguments import load_arguments
 from vanilla_transformer.train.translation.averaging import spaced_checkpoints
-from vanilla_transformer.train.translation.data import prepare_data
 
 
 def score(model_dir: Path, split, args, num_beams: int, length_penalty: float) -> dict:
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metric", choices=["sacrebleu", "bleu_lc_tok"], default="sacrebleu")
     options = parser.parse_args(argv)
 
-    from vanilla_transformer.train.common.recipes import parse_overrides
+    from vanilla_transformer.recipes import parse_overrides
 
     args = load_arguments(options.recipe, parse_overrides(options.set))
     split = prepare_data(args)["validation"]

@@ -27,14 +27,13 @@ import os
 import sys
 from pathlib import Path
 
-from .train.common.preemption import RunInterrupted
-from .train.common.recipes import parse_overrides
+from .interruption import RunInterrupted
+from .recipes import find_recipe, parse_overrides
 
 
 def cmd_train(options, task: str | None = None) -> None:
     """Any task's run (the recipe's ``task:``, or ``task`` for the ``classify`` aliases); one JSON summary
     line at the end."""
-    from .train.common.recipes import find_recipe
     from .train.run import train_recipe
 
     recipe = find_recipe(options.recipe) if options.recipe else None
@@ -68,15 +67,15 @@ def _summary(results: dict) -> dict:
 def cmd_evaluate(options) -> None:
     import contextlib
 
-    from .data_files import data_path
+    from .data.files import data_path
+    from .data.translation import TranslationData, check_split, prepare_data
     from .evaluation import evaluate_folder
     from .loading import check_model_folder
     from .outputs import file_output
-    from .train.common.recipes import find_recipe
-    from .train.translation.data import check_split, prepare_data
 
     recipe = find_recipe(options.recipe) if options.recipe else None  # a file, or a shipped recipe's name
-    args = _recipe_settings(recipe, parse_overrides(options.set))
+    # The recipe's data settings alone: no device picked, no precision resolved, no model block read.
+    args = TranslationData.from_recipe(recipe, parse_overrides(options.set))
     check_split(args, options.split)  # a split the data lacks is named, with those it has, before any work
     output = Path(options.output or Path(options.model) / f"{options.split}_hypotheses.txt")
     scores_file = output.with_name(f"{options.split}_scores.json")
@@ -111,36 +110,9 @@ def cmd_evaluate(options) -> None:
     print(f"Hypotheses written to {output}, scores to {scores_file}")
 
 
-def _recipe_settings(recipe: str | None, overrides: dict):
-    """A translation recipe's settings, ``--set`` applied and each one it leaves unset at its default, read
-    without building the run's arguments (no device is picked, no precision resolved, no model block
-    checked): what ``evaluate`` finds its data and batch size with. A key that is no setting is refused,
-    naming where it was, as ``train`` refuses it."""
-    import dataclasses
-    import types
-
-    from .train.common.recipes import apply_overrides, read_recipe
-    from .train.translation.arguments import TranslationTrainingArguments
-
-    from_file = read_recipe(recipe) if recipe else {}
-    values = apply_overrides(from_file, overrides, {})
-    fields = {field.name: field for field in dataclasses.fields(TranslationTrainingArguments) if field.init}
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        in_file = [key for key in unknown if key in from_file]
-        raise ValueError(
-            f"Unknown setting(s) in {recipe if in_file else '--set'}: {', '.join(in_file or unknown)}. "
-            f"Known settings: {', '.join(sorted(fields))}."
-        )
-    defaults = {
-        name: field.default for name, field in fields.items() if field.default is not dataclasses.MISSING
-    }
-    return types.SimpleNamespace(**(defaults | values))
-
-
 def _data_files(args) -> list[str]:
     """The local files a recipe's splits are read from (a text layout's ``<prefix>.<lang>`` pairs)."""
-    from .data_files import data_path
+    from .data.files import data_path
 
     files = [
         data_path(getattr(args, f"{split}_file"), args.data_dir) for split in ("train", "validation", "test")
@@ -155,10 +127,13 @@ def cmd_translate(options) -> None:
     next is read, so memory stays flat however long the input, and a pipe or a terminal gets each
     translation while its input is still open. The input is read as UTF-8 (an invalid byte is an error
     naming the line and column); empty input writes nothing. An ``--output`` file is checked before the
-    model loads and written beside its place, then renamed into it once complete (``outputs.file_output``)."""
+    model loads and written beside its place, then renamed into it once complete (``outputs.file_output``).
+    A line longer than the model reads is cut to it, never refused, with either engine (``long_inputs``):
+    once the input ends, one warning on stderr names those lines, numbered as in the input, and the limit."""
     import contextlib
 
     from .inference import line_chunks
+    from .long_inputs import CutLines
     from .outputs import file_output
 
     where = options.input or "<stdin>"
@@ -172,10 +147,13 @@ def cmd_translate(options) -> None:
         translate = engine(options)  # the model loads before the first line is read
         output = files.enter_context(open(staged, "w", encoding="utf-8")) if staged else sys.stdout
         count = 0  # chunks of 16 batches: translate() sorts a chunk's lines by length into its batches
+        cut = CutLines()  # the lines cut to the model's limit, over every chunk, for one warning at the end
         for lines in line_chunks(source, where, size=16 * max(options.batch_size, 1)):
-            output.write("".join(f"{text}\n" for text in translate(lines)))
+            translations = translate(lines, first_line=count + 1, cut_lines=cut)
+            output.write("".join(f"{text}\n" for text in translations))
             output.flush()
             count += len(lines)
+    cut.warn()
     if options.input and not count:
         print(f"{where} is empty: nothing to translate.", file=sys.stderr)
 
@@ -195,16 +173,13 @@ def _pytorch_translator(options):
     kwargs = {"num_beams": options.beams} if options.beams else {}
     if options.length_penalty is not None:
         kwargs["length_penalty"] = options.length_penalty
-    # The longest source the model was trained for (the tokenizer records it); longer lines are cut to it,
-    # with a warning that names the limit.
-    limit = tokenizer.model_max_length if tokenizer.model_max_length < 10**6 else None
-    return functools.partial(
-        translate, model, tokenizer, batch_size=options.batch_size, max_source_length=limit, **kwargs
-    )
+    # translate() cuts a line longer than the model reads to its limit (long_inputs' policy).
+    return functools.partial(translate, model, tokenizer, batch_size=options.batch_size, **kwargs)
 
 
 def _ctranslate2_translator(options):
-    """``lines -> translations`` with an exported CTranslate2 model (loaded once)."""
+    """``lines -> translations`` with an exported CTranslate2 model (loaded once); it cuts a line longer than
+    the model reads as ``translate()`` does (long_inputs' policy)."""
     import functools
 
     from .ctranslate2_export import CTranslate2Translator
@@ -218,9 +193,8 @@ def _ctranslate2_translator(options):
 
 
 def cmd_average(options) -> None:
-    from .averaging import average_checkpoints, model_folder
+    from .averaging import average_checkpoints, checkpoint_dirs, model_folder  # checkpoint_dirs: --last
     from .outputs import folder_output
-    from .train.common.checkpoints import checkpoint_dirs  # a run folder's checkpoints (--last)
 
     folders = list(options.checkpoints)
     if options.last:
@@ -240,7 +214,6 @@ def cmd_average(options) -> None:
 
 
 def cmd_ablate(options) -> None:
-    from .train.common.recipes import find_recipe
     from .train.translation.ablation import collect, commands, read_study, run_study
 
     study = read_study(find_recipe(options.recipe))
@@ -284,16 +257,15 @@ def cmd_demo(options) -> None:
 
 
 def cmd_classify(options) -> None:
-    from .outputs import check_writable
-    from .train.classification.arguments import load_classification_arguments
-    from .train.classification.evaluate import evaluate_on_recipe_data
-
     if options.stage in ("pretrain", "train"):  # aliases of `train` with the task named
         return cmd_train(options, "pretraining" if options.stage == "pretrain" else "classification")
-    from .train.common.recipes import find_recipe
+    from .data.classification import ClassificationData
+    from .evaluation import evaluate_on_recipe_data
+    from .outputs import check_writable
 
     recipe = find_recipe(options.recipe) if options.recipe else None
-    args = load_classification_arguments(recipe, parse_overrides(options.set), options.stage)
+    # The recipe's data settings alone (as `evaluate` reads a translation recipe's): no training arguments.
+    args = ClassificationData.from_recipe(recipe, parse_overrides(options.set))
     options.dtype = options.dtype or "fp32"  # the evaluated weights' type
     if not options.model:
         raise SystemExit("classify evaluate needs --model")
@@ -675,8 +647,8 @@ def add_push_command(commands) -> None:
     push.add_argument(
         "--with-demo",
         action="store_true",
-        help="Also upload app.py (the `demo` page for this model), attention_maps.py and requirements.txt, "
-        "the files a Gradio Space runs.",
+        help="Also upload app.py (the `demo` page for this model), the modules it reads (attention_maps.py, "
+        "long_inputs.py, model_tasks.py) and requirements.txt: the files a Gradio Space runs.",
     )
     push.set_defaults(func=cmd_push)
 

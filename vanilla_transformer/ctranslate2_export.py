@@ -18,8 +18,8 @@ Where the two conventions differ, the export makes CTranslate2 compute what ``ge
   model's own ``sinusoidal_position_encoding``), or the learned position embeddings (Table 3 row E).
   CTranslate2 adds row ``t`` to the ``t``-th source token and row ``step`` to the decoder input of
   step ``step`` (0 for the start token), which is where our encoder and decoder count from. CTranslate2
-  cannot read beyond the table (our sinusoids extrapolate), so :func:`translate_ctranslate2` refuses
-  longer sources and stops decoding at its last row.
+  cannot read beyond the table (our sinusoids extrapolate), so :class:`CTranslate2Translator` cuts longer
+  sources to it, with the warning of every engine (``long_inputs``), and stops decoding at its last row.
 - **Start and end tokens.** Decoding starts from ``config.decoder_start_token_id`` (BOS by default),
   written as ``decoder_start_token`` into CTranslate2's ``config.json``, and ends at
   ``config.eos_token_id``. The source side is given exactly the tokens our tokenizer produces, ``</s>``
@@ -48,6 +48,7 @@ from pathlib import Path
 
 import torch
 
+from .long_inputs import CutLines, encode_within, reading_limit, report_cut
 from .modeling_vanilla_transformer import (
     MAX_NEW_TOKENS_OVER_SOURCE,
     PAPER_LENGTH_PENALTY,
@@ -212,7 +213,7 @@ def _check_model_folder(model_dir: Path) -> None:
     the checks of every command (``loading.check_model_folder``), then the export's own."""
     from .loading import check_model_folder
 
-    config = check_model_folder(model_dir)
+    config = check_model_folder(model_dir, needs_tokenizer=True)
     if not config.is_encoder_decoder:
         raise ValueError(
             f"{model_dir} holds a single-stack model (is_encoder_decoder=False); the CTranslate2 export needs "
@@ -385,20 +386,25 @@ class CTranslate2Translator:
         length_penalty: float | None = None,
         max_decoding_length: int | None = None,
         batch_size: int = 32,
+        *,
+        first_line: int = 1,
+        cut_lines: CutLines | None = None,
     ) -> list[str]:
-        """Detokenized translations of ``sentences`` in input order (arguments as :func:`translate_ctranslate2`)."""
+        """Detokenized translations of ``sentences`` in input order (arguments as :func:`translate_ctranslate2`).
+
+        A sentence longer than the model reads (the exported position table or the tokenizer's
+        ``model_max_length``, the smaller) is cut to it, as ``inference.translate`` cuts it: one warning
+        names the sentences cut as lines, the first being line ``first_line``, and the limit; with
+        ``cut_lines`` they are added to it instead, for the caller's one warning at the input's end."""
         decoding, tokenizer, num_positions = self.decoding, self.tokenizer, self.num_positions
         beam_size = decoding["num_beams"] if beam_size is None else beam_size
         length_penalty = decoding["length_penalty"] if length_penalty is None else length_penalty
         if not sentences:
             return []
-        sources = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(list(sentences))["input_ids"]]
-        too_long = [i for i, tokens in enumerate(sources) if len(tokens) > num_positions]
-        if too_long:
-            raise ValueError(
-                f"Sentence {too_long[0]} has {len(sources[too_long[0]])} tokens, but the exported position "
-                f"table holds max_position_embeddings={num_positions} positions."
-            )
+        source_limit, limit_name = reading_limit(num_positions, tokenizer.model_max_length)
+        source_ids, cut = encode_within(tokenizer, sentences, source_limit)
+        report_cut(list(cut), first_line, source_limit, limit_name, cut_lines)
+        sources = [tokenizer.convert_ids_to_tokens(row) for row in source_ids]
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]), reverse=True)
         results = [""] * len(sources)
         for start in range(0, len(order), batch_size):
@@ -413,7 +419,7 @@ class CTranslate2Translator:
                 length_penalty=length_penalty,
                 max_decoding_length=min(limit, num_positions),  # the decoder reads one position per step
                 min_decoding_length=0,  # generate() may end at the first step; CTranslate2's default forbids it
-                max_input_length=0,  # no silent truncation: generate() reads the whole source
+                max_input_length=0,  # sources are cut above, with the warning; none silently here
             )
             for index, output in zip(indices, outputs, strict=True):
                 ids = tokenizer.convert_tokens_to_ids(output.hypotheses[0])

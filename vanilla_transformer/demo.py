@@ -4,9 +4,10 @@ For a translation model: a text box, the translation (beam size, length penalty 
 adjustable; the defaults are the model's own, §6.1), and the three uses of attention of §3.2.3 (encoder
 self-attention, masked decoder self-attention, encoder-decoder attention) of a chosen layer and head as
 pictures: the weights ``softmax(QK^T / sqrt(d_k))`` of Eq. 1. For a classifier: the label with its scores.
-For a causal language model: a continuation. Bad input (empty or over-long text, a folder that holds no
-model of ours: another architecture, missing or damaged weights, a tokenizer larger than the vocabulary)
-gets a message on the page; the server keeps serving.
+For a causal language model: a continuation. A text longer than the model reads is cut to it, as every
+command cuts (``long_inputs``), and the page says so. Bad input (empty text, a folder that holds no model of
+ours: another architecture, missing or damaged weights, a tokenizer larger than the vocabulary) gets a
+message on the page; the server keeps serving.
 
     vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code] [--device D] [--dtype T]
     python -m vanilla_transformer.demo --model DIR_OR_HUB_ID
@@ -16,10 +17,10 @@ text-classification pipeline: none of the folder's ``.py`` files runs (a changed
 pipeline file included) unless the user asks with ``--trust-remote-code`` (``trust_remote_code=True`` in
 Python), as transformers itself requires; then the folder's own code loads through the Auto classes.
 
-The same file runs as a Space's ``app.py`` (``vanilla-transformer push --with-demo`` uploads it with
-``attention_maps.py`` and a ``requirements.txt``): there the package need not be installed, the model is
-``$VT_DEMO_MODEL`` (a Hub id or folder) or the folder the file sits in, and it loads through the Auto
-classes with the model's own remote code, the code its owner uploaded beside this file.
+The same file runs as a Space's ``app.py`` (``vanilla-transformer push --with-demo`` uploads it with the
+modules it imports, ``hub.SPACE_MODULES``, and a ``requirements.txt``): there the package need not be
+installed, the model is ``$VT_DEMO_MODEL`` (a Hub id or folder) or the folder the file sits in, and it loads
+through the Auto classes with the model's own remote code, the code its owner uploaded beside this file.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ import torch
 
 if importlib.util.find_spec("vanilla_transformer") is not None:
     from vanilla_transformer.attention_maps import KINDS, attention_weights, draw_weights
+    from vanilla_transformer.long_inputs import reading_limit, text_cut_warning
     from vanilla_transformer.model_tasks import MODEL_TASKS
-else:  # a Space's app.py: attention_maps.py and model_tasks.py were uploaded beside it
+else:  # a Space's app.py: attention_maps.py, long_inputs.py and model_tasks.py were uploaded beside it
     from attention_maps import KINDS, attention_weights, draw_weights
+    from long_inputs import reading_limit, text_cut_warning
     from model_tasks import MODEL_TASKS
 
 logger = logging.getLogger(__name__)
@@ -151,11 +154,8 @@ def load_for_demo(
             raise ValueError(f"{model_path!r} has no readable tokenizer (tokenizer.json): {error}") from error
         model = getattr(transformers, auto_class).from_pretrained(model_path, trust_remote_code=True)
         model.to(*placement(device, dtype)).eval()
-    # The longest text the model was trained for: the tokenizer records it (the CLI's translate cuts to it),
-    # the config bounds positions (the translation pipeline cuts to it); the page names the smaller.
-    limit, limit_name = model.config.max_position_embeddings, "max_position_embeddings"
-    if tokenizer.model_max_length < limit:
-        limit, limit_name = tokenizer.model_max_length, "the tokenizer's model_max_length"
+    # The most the model reads, as every command decides it: a longer text is cut to it (long_inputs).
+    limit, limit_name = reading_limit(model.config.max_position_embeddings, tokenizer.model_max_length)
     classifier = None
     if task == "classification" and remote_code:
         from transformers import pipeline
@@ -179,15 +179,19 @@ def load_for_demo(
 
 
 def check_text(loaded: Loaded, text: str) -> None:
-    """Raise a ``ValueError`` for text the model cannot read: empty, or longer than it was trained for."""
+    """Raise a ``ValueError`` for text the model cannot read: empty. (A long one is cut: :func:`cut_note`.)"""
     if not text or not text.strip():
         raise ValueError("The text is empty: type a sentence first.")
-    length = len(loaded.tokenizer(text)["input_ids"])
-    if length > loaded.limit:
-        raise ValueError(
-            f"The text is {length} tokens long; this model reads at most {loaded.limit} tokens "
-            f"({loaded.limit_name}). Shorten it or split it into sentences."
-        )
+
+
+def cut_note(loaded: Loaded, text: str, result: str, **tokenizing) -> str:
+    """The page's sentence for a text longer than the model reads, which is cut to it (``long_inputs``'
+    policy, as every command): its length, the limit and ``result``, what the cut means; empty when it fits.
+    ``tokenizing``: as the page tokenizes the text (e.g. ``add_special_tokens=False``)."""
+    length = len(loaded.tokenizer(text, verbose=False, **tokenizing)["input_ids"])
+    if length <= loaded.limit:
+        return ""
+    return f"✂️ {text_cut_warning(length, loaded.limit, loaded.limit_name, result)}"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -199,7 +203,8 @@ def translate(loaded: Loaded, text: str, num_beams: int, length_penalty: float, 
     """Beam search (§6.1) with the page's settings; ``max_new_tokens`` 0 keeps the model's own bound
     (source length + 50)."""
     check_text(loaded, text)
-    encoded = loaded.tokenizer(text, return_tensors="pt").to(loaded.model.device)
+    encoded = loaded.tokenizer(text, truncation=True, max_length=loaded.limit, return_tensors="pt")
+    encoded = encoded.to(loaded.model.device)  # a long text cut to what the model reads (cut_note says so)
     settings = {"num_beams": int(num_beams)}
     if int(num_beams) > 1:
         settings["length_penalty"] = float(length_penalty)
@@ -233,7 +238,9 @@ def classify(loaded: Loaded, text: str) -> tuple[dict[str, float], str]:
 def continue_text(loaded: Loaded, text: str, num_beams: int, max_new_tokens: int) -> str:
     """The causal LM's continuation of the prompt (no end-of-sequence token appended to it)."""
     check_text(loaded, text)
-    encoded = loaded.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(loaded.model.device)
+    encoded = loaded.tokenizer(
+        text, return_tensors="pt", add_special_tokens=False, truncation=True, max_length=loaded.limit
+    ).to(loaded.model.device)  # a long prompt cut to what the model reads (cut_note says so)
     with torch.no_grad():
         output = loaded.model.generate(
             **encoded, num_beams=int(num_beams), max_new_tokens=max(1, int(max_new_tokens))
@@ -420,10 +427,12 @@ def _translation_page(gr, loaded: Loaded) -> None:
         try:
             translation = translate(loaded, text_value, beams_value, penalty_value, new_tokens_value)
             weights = attention(loaded, text_value, translation)
+            note = cut_note(loaded, text_value, "the translation and the pictures cover only that part")
         except Exception as error:  # noqa: BLE001 - every failure becomes a message on the page
             gr.Warning(_failure(error))
             return [_failure(error), "", None, *redraw(None, 1, 1)]
-        return ["", translation, weights, *redraw(weights, layer_value, head_value)]
+        note = " ".join(filter(None, [note, weights["cut"].get("target")]))  # a translation too long to draw
+        return [note, translation, weights, *redraw(weights, layer_value, head_value)]
 
     inputs = [text, beams, penalty, new_tokens, layer, head]
     for event in (run.click, text.submit):
@@ -474,10 +483,13 @@ def _lm_page(gr, loaded: Loaded) -> None:
         try:
             continuation = continue_text(loaded, text_value, beams_value, new_tokens_value)
             weights = attention(loaded, text_value)
+            note = cut_note(
+                loaded, text_value, "the continuation follows only that part", add_special_tokens=False
+            )
         except Exception as error:  # noqa: BLE001 - every failure becomes a message on the page
             gr.Warning(_failure(error))
             return [_failure(error), "", None, *redraw(None, 1, 1)]
-        return ["", continuation, weights, *redraw(weights, layer_value, head_value)]
+        return [note, continuation, weights, *redraw(weights, layer_value, head_value)]
 
     for event in (run.click, text.submit):
         event(respond, [text, beams, new_tokens, layer, head], [message, output, found, *images])

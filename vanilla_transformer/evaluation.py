@@ -1,11 +1,12 @@
 """Scoring a saved model folder on data: a translation model by BLEU (``evaluate_folder``, the ``evaluate``
 command; ``evaluate_split`` for a model already loaded, a training run's test split) and a classifier by
-accuracy, F1 and a confusion matrix (``evaluate_classifier``, ``classify evaluate``).
+accuracy, F1 and a confusion matrix (``evaluate_classifier``; ``evaluate_on_recipe_data`` on the labelled
+texts a recipe names: ``classify evaluate``, a classification run's test scores).
 
 Each takes what it needs as plain values: the data (a ``datasets.Dataset`` split), its languages or
 columns, a batch size, the decoding, the device and the type (``--device``, ``--dtype``). Which data a
-recipe names is the caller's to read (the CLI's ``evaluate`` reads the recipe; ``train/`` its run's
-splits). The folder loads through ``inference.load_for_inference``: checked first
+recipe names is read by ``data/`` (the CLI's ``evaluate`` reads the recipe's data settings; ``train/`` its
+run's splits). The folder loads through ``inference.load_for_inference``: checked first
 (``loading.check_model_folder``: another architecture, missing or damaged weights, a tokenizer that is not
 the model's is one error naming the file or field), then placed where and in the type the options say.
 The scores themselves are ``metrics.py``'s.
@@ -16,14 +17,20 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .classification_pipeline import LongText, average_logits, encode_long_texts
+from .data.files import FILE_FORMATS, data_path, read_lines, refuse_missing
 from .inference import load_for_inference, translate
+from .loading import check_model_folder
 from .metrics import bleu_scores, classification_metrics
 from .plots import plot_confusion_matrix
+
+if TYPE_CHECKING:
+    from .data.classification import ClassificationData
 
 # -- translation ------------------------------------------------------------------------------------------
 
@@ -98,7 +105,7 @@ def evaluate_split(
     samples (source, hypothesis, reference)."""
     official = None
     if tokenized_references:
-        official = Path(tokenized_references).read_text(encoding="utf-8").splitlines()
+        official = read_lines(tokenized_references)  # split at "\n" only, as every line-aligned reader
         if len(official) != len(split):
             raise ValueError(
                 f"tokenized_test_references: {tokenized_references} has {len(official)} lines but the split "
@@ -168,6 +175,61 @@ def evaluate_classifier(
     return metrics
 
 
+def evaluate_on_recipe_data(
+    model_dir: str | Path,
+    args: ClassificationData,
+    file: str | None = None,
+    split: str = "test",
+    device=None,
+    dtype: str = "fp32",
+) -> dict:
+    """``classify evaluate`` and a classification run's test scores: :func:`evaluate_classifier` on the
+    labelled texts a recipe's data settings name (``args``: ``ClassificationData``, or a run's arguments,
+    which inherit it), read with its columns and checks: ``file``, else the recipe's ``test_file``; with
+    ``split="validation"`` the texts ``training_and_validation`` holds out for the recipe's ``seed`` (what
+    training validated on: choices such as the long-text reading are made there). Accuracy, F1 and a
+    confusion-matrix PNG (next to the model). The recipe's ``eval_long_text`` and ``max_eval_examples``
+    apply; ``device`` / ``dtype``: where and in which type the model runs (``--device``, ``--dtype``). A
+    misspelt file is named before the model loads, and the folder is checked before the data is read
+    (``loading.check_model_folder``: another architecture, missing or damaged weights or a tokenizer larger
+    than ``vocab_size`` is one error naming the file or field)."""
+    from .data.classification import load_labelled, training_and_validation
+
+    if split not in ("test", "validation"):
+        raise ValueError(f"`split` must be 'test' or 'validation', got {split!r}.")
+    if split == "validation" and file is not None:
+        raise ValueError("Pass a labelled `file` or `split='validation'`, not both.")
+    if split == "test" and not (file or args.test_file):
+        raise ValueError("Nothing to evaluate on: give a labelled file or set the recipe's `test_file`.")
+    if split == "test" and args.dataset in FILE_FORMATS:  # a misspelt file is named before the model loads
+        refuse_missing({"--file" if file else "test_file": data_path(file or args.test_file, args.data_dir)})
+    check_model_folder(model_dir)  # the folder before the data
+    if split == "validation":
+        source = (
+            args.validation_file
+            or f"{args.train_file} (validation_size {args.validation_size}, seed {args.seed})"
+        )
+        title = f"validation ({Path(args.validation_file or args.train_file).name})"
+        data = training_and_validation(args, args.seed, check_paths=False)[1]
+    else:
+        source = file or args.test_file
+        title = Path(source).name
+        data = load_labelled(args, source)
+    return evaluate_classifier(
+        model_dir,
+        data,
+        source=source,
+        text_column=args.text_column,
+        label_column=args.label_column,
+        split=split,
+        title=title,
+        long_text=args.eval_long_text,
+        max_examples=args.max_eval_examples,
+        device=device,
+        dtype=dtype,
+    )
+
+
 def check_labels_fit(labels: list[int], num_labels: int, source) -> None:
     """Refuse labels the model has no class for (it was trained on ``num_labels`` classes), naming them,
     ``source`` and the first row (1-based, among the data's rows) that has one."""
@@ -212,6 +274,7 @@ __all__ = [
     "evaluate_split",
     "set_decoding",
     "evaluate_classifier",
+    "evaluate_on_recipe_data",
     "check_labels_fit",
     "predict_texts",
 ]

@@ -114,6 +114,7 @@ SPACE_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "matplot
 SPACE_MODULES = {
     "app.py": "demo.py",
     "attention_maps.py": "attention_maps.py",
+    "long_inputs.py": "long_inputs.py",
     "model_tasks.py": "model_tasks.py",
 }
 

@@ -8,7 +8,8 @@ and the opt-in speed-ups.
   model (``translate``, ``evaluate``, ``attention``, ``classify evaluate``, ``demo``) loads through it.
 * ``translate(model, tokenizer, sentences)``: batches of similar length through ``generate()`` (the
   model's saved decoding: §6.1's beam 4, alpha 0.6, source + 50 tokens), the translations in input order;
-  the ``translate`` command, evaluation and the benchmarks all call it.
+  the ``translate`` command, evaluation and the benchmarks all call it. A sentence longer than the model
+  reads is cut to it, with one warning naming its line and the limit (``long_inputs``, the one policy).
 * ``line_chunks(stream, ...)``: the lines of a file, a pipe or a terminal as they arrive, in chunks, so that
   memory stays flat and each translation is written while the input is still open.
 * ``prepare_for_inference(model, dtype=..., quantize=...)`` switches a loaded model to evaluation mode and,
@@ -27,12 +28,15 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from tqdm.auto import tqdm
-from transformers.utils import logging
 
 from .configuration_vanilla_transformer import check_token_ids
-from .data_files import decode_line
+from .data.files import decode_line
+from .long_inputs import CutLines, encode_within, reading_limit, report_cut
+from .tokenization import LINE_BREAKS
 
-logger = logging.get_logger(__name__)
+# A translation is one line of output for every reader (a file's line N answers input line N): a line end
+# that a tokenizer saved before ``LINE_BREAKS`` were normalised can still decode to becomes a space.
+ONE_LINE = str.maketrans(dict.fromkeys(LINE_BREAKS + "\n", " "))
 
 QUANTIZATIONS = (None, "int8")
 
@@ -88,7 +92,7 @@ def load_for_inference(
     from .loading import load_saved_model
 
     chosen, weights = placement(device, dtype, quantize)  # a bad choice is refused before the model loads
-    model = load_saved_model(folder, model_class, allow_hub_id=allow_hub_id).to(chosen)
+    model = load_saved_model(folder, model_class, allow_hub_id=allow_hub_id, needs_tokenizer=True).to(chosen)
     model = prepare_for_inference(model, dtype=weights, quantize=quantize)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -130,14 +134,22 @@ def translate(
     batch_size: int = 64,
     max_source_length: int | None = None,
     progress: bool = False,
+    *,
+    first_line: int = 1,
+    cut_lines: CutLines | None = None,
     **generate_kwargs,
 ) -> list[str]:
     """Translate ``sentences`` in batches of similar length; returns detokenized text in input order.
 
     Generation settings default to the model's generation config (beam 4, alpha 0.6, input + 50
     tokens); ``generate_kwargs`` override them. An empty (or all-blank) sentence translates to an empty
-    string, without running the model, so outputs stay aligned with inputs line for line. Sentences longer
-    than ``max_source_length`` tokens are truncated to it, with a warning that names the limit.
+    string, without running the model, so outputs stay aligned with inputs line for line.
+
+    A sentence longer than the model reads is cut to it, never refused (``long_inputs``' policy): the limit
+    is the smaller of ``max_position_embeddings`` and the tokenizer's ``model_max_length``, or
+    ``max_source_length`` where that is smaller. One warning names the sentences cut as lines, the first
+    being line ``first_line`` (a chunk of a longer input), and the limit; with ``cut_lines`` they are added
+    to it instead, for the caller's one warning at the input's end.
     """
     model.eval()
     results: list[str] = [""] * len(sentences)
@@ -146,15 +158,11 @@ def translate(
         key=lambda i: len(sentences[i]),
         reverse=True,
     )
-    if max_source_length is not None and order:
-        lengths = [len(ids) for ids in tokenizer([sentences[i] for i in order])["input_ids"]]
-        cut = [length for length in lengths if length > max_source_length]
-        if cut:
-            logger.warning(
-                f"{len(cut)} of {len(order)} sentences are longer than max_source_length={max_source_length} "
-                f"tokens (the longest has {max(cut)}) and were truncated to it: their translations cover "
-                "only the beginning. Split long inputs into sentences."
-            )
+    limit, limit_name = reading_limit(model.config.max_position_embeddings, tokenizer.model_max_length)
+    if max_source_length is not None and (limit is None or max_source_length < limit):
+        limit, limit_name = max_source_length, "max_source_length"
+    _, cut = encode_within(tokenizer, [sentences[i] for i in order], limit)
+    report_cut(sorted(order[k] for k in cut), first_line, limit, limit_name, cut_lines)
     device = next(model.parameters()).device
     starts = range(0, len(order), batch_size)
     for start in tqdm(starts, desc="Translating", disable=not progress, unit="batch"):
@@ -162,8 +170,8 @@ def translate(
         batch = tokenizer(
             [sentences[i] for i in indices],
             padding=True,
-            truncation=max_source_length is not None,
-            max_length=max_source_length,
+            truncation=limit is not None,
+            max_length=limit,
             return_tensors="pt",
         )
         check_token_ids(batch["input_ids"], model.config.vocab_size, "input_ids")  # on the host, before .to()
@@ -174,7 +182,7 @@ def translate(
         for index, text in zip(
             indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True
         ):
-            results[index] = text.strip()
+            results[index] = text.translate(ONE_LINE).strip()
     return results
 
 

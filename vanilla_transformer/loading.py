@@ -41,29 +41,59 @@ WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 GENERATION_CONFIG = "generation_config.json"
 SAVE_HINT = "Pass a folder that save_pretrained or a training run wrote (the run's model/ folder)."
+CTRANSLATE2_FILE = "model.bin"
+ONNX_FILES = ("model.onnx", "encoder_model.onnx")  # an encoder-only export's, a translation export's first
+
+# Each model class in a user's words, and what takes a folder of it: what a refusal says when a command is
+# given a folder of another kind.
+MODEL_KINDS = {
+    "VanillaTransformerForConditionalGeneration": (
+        "a translation model",
+        "`translate`, `evaluate`, `attention`, `average`, `export-ct2`, `export-onnx` and `demo` take it",
+    ),
+    "VanillaTransformerForSequenceClassification": (
+        "a sentence classifier",
+        "`classify evaluate`, `demo` and pipeline('text-classification') take it",
+    ),
+    "VanillaTransformerForCausalLM": (
+        "a language model (decoder only)",
+        "`demo` and pipeline('text-generation') take it",
+    ),
+    "VanillaTransformerForMaskedLM": (
+        "a pre-trained encoder (masked LM)",
+        "`classify train` takes it as `init_from`",
+    ),
+    "VanillaTransformerModel": ("a Transformer without a task head", "AutoModel takes it in Python"),
+}
 
 
 def load_saved_model(
-    folder, model_class=None, *, allow_hub_id: bool = False, **kwargs
+    folder, model_class=None, *, allow_hub_id: bool = False, needs_tokenizer: bool = False, **kwargs
 ) -> VanillaTransformerPreTrainedModel:
     """Load a saved folder into ``model_class``, by default the class it was saved from
     (``config.architectures``; the bare ``VanillaTransformerModel`` when that names none of ours), on the
     CPU. ``kwargs`` go to ``from_pretrained``. To serve it on a device and in a type (``--device``,
     ``--dtype``): ``inference.load_for_inference``, which loads through this.
 
-    The folder is checked first (:func:`check_model_folder`); with ``allow_hub_id`` (the demo), a Hub id
-    (``USER/NAME`` that names no local path) goes to ``from_pretrained`` unchecked instead. Weights that
+    The folder is checked first (:func:`check_model_folder`; ``needs_tokenizer``: it must hold its
+    tokenizer), and a ``model_class`` given is checked against the class it was saved from
+    (:func:`check_model_kind`); with ``allow_hub_id`` (the demo), a Hub id (``USER/NAME`` that names no
+    local path) goes to ``from_pretrained`` unchecked instead. Weights that
     leave a tensor of the model unloaded (a bit flipped in a tensor's name, another model's file) or that
     differ in shape from what ``config.json`` describes raise a ``ValueError`` naming the file, instead of
     loading random values with a warning.
     """
     trust = bool(kwargs.get("trust_remote_code"))  # the user's choice: a tokenizer's own code may then run
     hub = allow_hub_id and is_hub_id(folder)
-    config = None if hub else check_model_folder(folder, trust_remote_code=trust)
+    config = (
+        None if hub else check_model_folder(folder, trust_remote_code=trust, needs_tokenizer=needs_tokenizer)
+    )
     if model_class is None:
         config = config or VanillaTransformerConfig.from_pretrained(folder)
         names = [name for name in (config.architectures or []) if name in MODEL_CLASSES]
         model_class = MODEL_CLASSES[names[0]] if names else VanillaTransformerModel
+    elif config is not None:
+        check_model_kind(folder, config, model_class)
     strict = not kwargs.pop("ignore_mismatched_sizes", False)
     model, info = model_class.from_pretrained(
         folder, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
@@ -95,6 +125,58 @@ def _check_loaded(folder, model, info: dict, strict: bool) -> None:
         )
 
 
+def check_model_kind(folder, config, model_class) -> None:
+    """Refuse a folder saved from another head than ``model_class`` (one of ours, or the Auto class that
+    loads it) names, in a user's words: a classifier given to ``translate`` is "a sentence classifier ...
+    `classify evaluate` ... take it; this command needs a translation model", not a list of missing tensors.
+    A folder that records none of our classes, and the bare ``AutoModel`` / ``VanillaTransformerModel``
+    (any of ours loads into it), are not checked."""
+    from .model_tasks import MODEL_TASKS
+
+    wanted = [
+        name
+        for name, task in MODEL_TASKS.items()
+        if model_class.__name__ in (name, task.auto_class) and name != "VanillaTransformerModel"
+    ]
+    saved = [name for name in (config.architectures or []) if name in MODEL_KINDS]
+    if not wanted or not saved or saved[0] in wanted:
+        return
+    what, takers = MODEL_KINDS[saved[0]]
+    raise ValueError(
+        f"{folder} holds {what} ({saved[0]}): {takers}. This command needs {MODEL_KINDS[wanted[0]][0]}."
+    )
+
+
+def folder_kind(folder: Path) -> str | None:
+    """What a folder that is not a saved model is, in a user's words and with the command or path that takes
+    it (a run's folder, a run without its final model yet, a tokenizer, a CTranslate2 or ONNX export); None
+    when it is none of these."""
+    if (folder / "model" / "config.json").is_file():
+        return f"{folder} is a training run's folder: its model is {folder / 'model'}. Pass that folder."
+    if (folder / "run.json").is_file() or (folder / "checkpoints").is_dir():
+        return (
+            f"{folder} is a training run's folder without its final model/ yet: pass one of its "
+            "checkpoints/checkpoint-N folders, or finish the run (the same command with resume: true)."
+        )
+    if (folder / CTRANSLATE2_FILE).is_file():
+        return (
+            f"{folder} is a CTranslate2 export ({CTRANSLATE2_FILE}): `translate --engine ctranslate2 --model "
+            f"{folder}` runs it; the other commands take the model folder it was exported from."
+        )
+    onnx = [name for name in ONNX_FILES if (folder / name).is_file()]
+    if onnx and not (folder / WEIGHTS).is_file():
+        return (
+            f"{folder} is an ONNX export ({onnx[0]}): ONNX Runtime runs it (onnx_export.OnnxSeq2Seq, "
+            "docs/serving.md); this command takes the model folder it was exported from."
+        )
+    if (folder / "tokenizer.json").is_file() and not (folder / "config.json").is_file():
+        return (
+            f"{folder} holds a tokenizer but no model (a run's tokenizer/ folder): pass the run's model/ "
+            "folder."
+        )
+    return None
+
+
 def _few(names: list[str]) -> str:
     return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
@@ -107,8 +189,15 @@ def is_hub_id(name) -> bool:
     )
 
 
-def check_model_folder(folder, *, trust_remote_code: bool = False) -> VanillaTransformerConfig:
+def check_model_folder(
+    folder, *, trust_remote_code: bool = False, needs_tokenizer: bool = False
+) -> VanillaTransformerConfig:
     """Check a saved folder before anything loads it; returns its config.
+
+    A folder that is something else (a training run's folder, a tokenizer, a CTranslate2 or ONNX export) is
+    named as what it is, with what takes it (:func:`folder_kind`). A folder with ``tokenizer_config.json``
+    but no ``tokenizer.json`` (copied in part), or with no tokenizer where ``needs_tokenizer`` (every command
+    that reads text), is refused naming ``tokenizer.json`` as missing.
 
     Raises ``FileNotFoundError`` when the folder, its ``config.json`` or its weights (``model.safetensors``,
     or the shards ``model.safetensors.index.json`` lists) are missing, and ``ValueError`` when
@@ -126,6 +215,9 @@ def check_model_folder(folder, *, trust_remote_code: bool = False) -> VanillaTra
     if not folder.is_dir():
         raise NotADirectoryError(f"{folder} is a file, not a model folder. {SAVE_HINT}")
     config_file = folder / "config.json"
+    kind = folder_kind(folder)
+    if kind is not None:
+        raise (FileNotFoundError if not config_file.is_file() else ValueError)(kind)
     if not config_file.is_file():
         raise FileNotFoundError(f"{folder} has no config.json: it is not a saved model folder. {SAVE_HINT}")
     try:
@@ -147,11 +239,28 @@ def check_model_folder(folder, *, trust_remote_code: bool = False) -> VanillaTra
     check_generation_config(folder)
     config = VanillaTransformerConfig.from_pretrained(folder)
     check_fits_memory(config, training=False, source=str(config_file))
+    _check_tokenizer_files(folder, needs_tokenizer)
     if any((folder / name).is_file() for name in TOKENIZER_FILES):
         tokenizer = _load_tokenizer(folder, trust_remote_code)
         check_tokenizer_fits(tokenizer, config, folder)
         check_tokenizer_belongs(tokenizer, config, folder)
     return config
+
+
+def _check_tokenizer_files(folder: Path, needs_tokenizer: bool) -> None:
+    """``tokenizer.json`` exists where the folder has the rest of a tokenizer, or where the command reads
+    text; missing, it is named as missing (transformers would otherwise try to rebuild it from a
+    sentencepiece model and ask for packages to be installed)."""
+    if (folder / "tokenizer.json").is_file():
+        return
+    partial = (folder / "tokenizer_config.json").is_file()
+    if partial or needs_tokenizer:
+        found = " (tokenizer_config.json is there: the folder was copied in part)" if partial else ""
+        raise FileNotFoundError(
+            f"{folder} has no tokenizer.json, the model's tokenizer{found}. Copy it from the folder the "
+            "model was saved in (a run's model/ or tokenizer/), or save it there with "
+            "tokenizer.save_pretrained."
+        )
 
 
 def _check_weight_files(folder: Path) -> None:

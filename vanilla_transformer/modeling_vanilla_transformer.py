@@ -128,12 +128,20 @@ def sinusoidal_position_encoding(position_ids: torch.Tensor, d_model: int) -> to
     return encoding[..., :d_model]
 
 
+def host_reads_free(tensor: torch.Tensor) -> bool:
+    """Whether reading ``tensor``'s values into Python costs no device synchronisation: a CPU tensor. The
+    forward checks the values of its inputs (token ids, positions, labels) where this holds, and on an
+    accelerator only under the opt-in ``check_inputs``."""
+    return tensor.device.type == "cpu"
+
+
 class VanillaTransformerPositionalEncoding(nn.Module):
     """§3.5 sinusoidal encoding, or learned position embeddings (Table 3, row E).
 
     A sequence longer than the learned table is refused from its shape; a position past the table that
-    only its value shows (a cached decoding step) only under the model's opt-in ``check_inputs``: reading
-    a tensor's value on the host would synchronise the device at every call."""
+    only its value shows (a cached decoding step) always on the CPU, and on an accelerator only under the
+    model's opt-in ``check_inputs``: there, reading a tensor's value on the host would synchronise the
+    device at every call."""
 
     check_inputs = False  # set through the model's ``check_inputs``
 
@@ -155,8 +163,9 @@ class VanillaTransformerPositionalEncoding(nn.Module):
                 f"`max_position_embeddings`={self.max_positions} positions. Truncate the input or use "
                 "`position_encoding='sinusoidal'`."
             )
-        if self.check_inputs and not torch.compiler.is_compiling() and position_ids.numel():
-            needed = int(position_ids.max())  # a host read: the opt-in debug check only
+        checked = self.check_inputs or host_reads_free(position_ids)
+        if checked and not torch.compiler.is_compiling() and position_ids.numel():
+            needed = int(position_ids.max())  # a host read: on an accelerator the opt-in debug check only
             if needed >= self.max_positions:
                 raise ValueError(
                     f"Sequence needs position {needed}, but learned position embeddings hold only "
@@ -194,8 +203,10 @@ class VanillaTransformerEmbedding(nn.Embedding):
     equals ``model(input_ids=ids)``. The weight itself is unscaled; it is also the pre-softmax
     matrix when ``tie_word_embeddings`` is set.
 
-    Ids are checked where they enter (``check_token_ids``: the pipelines, ``translate()``, the training
-    data), not here, where a read of their values would synchronise an accelerator at every call; the
+    Ids on the CPU are checked here, at every call (``check_token_ids``: an id outside the vocabulary is
+    one error naming it, not torch's ``IndexError``; reading a CPU tensor's extremes costs no
+    synchronisation). Ids on an accelerator are checked where they enter (the pipelines, ``translate()``,
+    the training data), where a read of their values here would synchronise the device at every call; the
     model's opt-in ``check_inputs`` checks them here too.
     """
 
@@ -206,8 +217,8 @@ class VanillaTransformerEmbedding(nn.Embedding):
         self.embed_scale = embed_scale
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if self.check_inputs and not torch.compiler.is_compiling():
-            check_token_ids(input_ids, self.num_embeddings)
+        if (self.check_inputs or host_reads_free(input_ids)) and not torch.compiler.is_compiling():
+            check_token_ids(input_ids, self.num_embeddings, "input_ids")
         return super().forward(input_ids) * self.embed_scale
 
 
@@ -730,9 +741,10 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
         """Opt-in debug check, off by default: ``model.check_inputs = True`` has every forward refuse token
         ids outside the vocabulary, positions past a learned table and (classifier) labels outside
         ``num_labels``, with the errors the entry points give. Each check reads tensor values on the host:
-        on an accelerator a synchronisation per call, so the forward does none unless asked (the pipelines,
-        ``translate()`` and the training data check ids where they enter). Skipped under ``torch.compile``.
-        A run-time switch: nothing is saved."""
+        on the CPU that costs nothing and the forward always checks; on an accelerator it is a
+        synchronisation per call, so the forward does none unless asked (the pipelines, ``translate()`` and
+        the training data check ids where they enter). Skipped under ``torch.compile``. A run-time switch:
+        nothing is saved."""
         return self.__dict__.get("_check_inputs", False)
 
     @check_inputs.setter
@@ -1455,7 +1467,8 @@ class VanillaTransformerForSequenceClassification(VanillaTransformerEncoderHeadM
                 return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
             return F.mse_loss(logits, labels.to(logits.dtype))
         if problem_type == "single_label_classification":
-            if self.check_inputs and not torch.compiler.is_compiling():  # host reads: opt-in only
+            # Host reads: free on the CPU, the opt-in check on an accelerator.
+            if (self.check_inputs or host_reads_free(labels)) and not torch.compiler.is_compiling():
                 valid = labels[labels != -100]
                 if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= self.num_labels):
                     raise ValueError(

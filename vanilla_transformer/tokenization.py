@@ -4,8 +4,12 @@ The tokenizer works on any Unicode script: text is NFC-normalised (canonical com
 Hangul compatibility jamo such as "ㅋㅋ", full-width letters or "①" stay as typed; NFKC would rewrite
 them), split into words and punctuation, and each word's UTF-8 bytes are merged by byte-pair encoding
 (Sennrich et al., 2016; byte-level as in GPT-2), so no character is ever unknown and decoding gives the
-(NFC) text back exactly. Nothing is stripped of accents, and nothing is lower-cased unless asked
-(``lowercase``: a classifier's choice, where "Great" and "great" should share one embedding).
+(NFC) text back exactly, but for the characters other programs take for line ends inside a line
+(``LINE_BREAKS``: U+2028, U+2029, U+0085, \x1c-\x1e, \v, \f, a lone \r), which become a space: a line
+of a file (split only at ``\n``) is one sentence in training, evaluation and translation alike, and no
+output line ever holds a line end for another reader to split at. Nothing is stripped of accents, and
+nothing is lower-cased unless asked (``lowercase``: a classifier's choice, where "Great" and "great"
+should share one embedding).
 Special tokens are fixed at the ids the config expects: ``<pad>`` 0, ``<s>`` 1, ``</s>`` 2, ``<unk>`` 3;
 every encoded sequence ends in ``</s>``. The result loads offline with
 ``AutoTokenizer.from_pretrained(folder)``.
@@ -21,8 +25,12 @@ import hashlib
 import json
 from collections.abc import Iterable
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
+
+# What str.splitlines(), Python's universal newlines or other tools end a line at, besides "\n": inside a
+# line of the package's files they are part of the sentence, and the tokenizer reads each as a space.
+LINE_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 MASK_TOKEN = "<mask>"
@@ -64,9 +72,8 @@ def train_bpe_tokenizer(
         )
     specials = list(SPECIAL_TOKENS.values()) + list(extra_special_tokens)
     bpe = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    bpe.normalizer = (
-        normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()]) if lowercase else normalizers.NFC()
-    )
+    steps = [normalizers.NFC(), normalizers.Replace(Regex(f"[{LINE_BREAKS}]"), " ")]
+    bpe.normalizer = normalizers.Sequence(steps + [normalizers.Lowercase()] if lowercase else steps)
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -112,4 +119,4 @@ def _nonempty(texts: Iterable[str]) -> Iterable[str]:
         raise ValueError("Cannot train a tokenizer on no text: every training sentence was empty.")
 
 
-__all__ = ["train_bpe_tokenizer", "tokenizer_fingerprint", "SPECIAL_TOKENS", "MASK_TOKEN"]
+__all__ = ["train_bpe_tokenizer", "tokenizer_fingerprint", "SPECIAL_TOKENS", "MASK_TOKEN", "LINE_BREAKS"]

@@ -23,18 +23,13 @@ from datasets import Dataset
 from tokenizers import processors
 from transformers import default_data_collator
 
+from ..data.classification import check_data_paths, read_texts, split_validation, text_corpus
 from ..fast_dropout import use_fast_dropout
 from ..loading import is_hub_id
 from ..model_card import Result, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForCausalLM, sequence_losses
 from .classification.arguments import ClassificationArguments, load_classification_arguments
-from .classification.data import (
-    check_data_paths,
-    pretraining_dataset,
-    read_texts,
-    split_validation,
-    text_corpus,
-)
+from .classification.data import pretraining_dataset
 from .classification.setup import classification_tokenizer, data_name
 from .classification.task import EncoderTask
 from .common.budget import BudgetedTrainer

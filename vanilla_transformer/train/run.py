@@ -35,10 +35,10 @@ from transformers import TrainerCallback, TrainerState, set_seed
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ProgressCallback
 
+from ..recipes import read_recipe
 from .common.budget import TimeBudget, TrainingClock, TrainingProgressCallback
 from .common.checkpoints import latest_checkpoint
 from .common.precision_record import describe_precision, precision_record
-from .common.recipes import read_recipe
 from .common.run_folder import RunFolder, RunFolderError, agree, inside, raised_budgets
 from .common.run_trainer import preemption_for, resume_checkpoint, stop_if_interrupted
 from .tasks import Task, get_task

@@ -2,12 +2,10 @@
 
 A recipe holds ``ClassificationArguments`` and ``transformers.TrainingArguments`` keys side by side,
 and the encoder's ``VanillaTransformerConfig`` fields in its ``model:`` block (``train/common/recipes.py``).
+The data's settings (files, columns, the validation split) are ``data.classification.ClassificationData``'s,
+which the arguments inherit (``classify evaluate`` reads them alone).
 
-Data are ``datasets`` JSON Lines with a text and a label column (the layout of ``../shared/data/imdb``),
-comma- or tab-separated files with a header line (``dataset: csv``; NSMC's ``ratings_train.txt``), parquet
-files (``dataset: parquet``), or a Hub data set (at ``dataset_revision``, e.g. its Parquet conversion);
-``text_column`` / ``label_column`` name other columns, and ``drop_empty_texts`` drops the rows without
-text. Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB) become spaces. A
+Texts keep their language and case; only HTML line breaks (``<br />``, as in IMDB) become spaces. A
 text longer than ``max_length`` is read as ``long_text`` says (by default its head and its tail: Sun et al.,
 2019, the first 128 and the last tokens of a review carry most of its sentiment, so the verdict at the end
 of a review survives); the reading is saved with the model (``classification_pipeline.py``). Validation
@@ -22,7 +20,8 @@ from typing import Any, ClassVar
 from transformers import TrainingArguments
 
 from ...classification_pipeline import LongText
-from ...configuration_vanilla_transformer import LONG_TEXT_STRATEGIES
+from ...data.classification import ClassificationData
+from ...recipes import read_recipe, source_name
 from ..common.arguments import RunArguments
 from ..common.init_from import recipe_values
 from ..common.recipes import (
@@ -32,8 +31,6 @@ from ..common.recipes import (
     default_model_block,
     default_tracker,
     parse_settings,
-    read_recipe,
-    source_name,
 )
 
 # The built-in encoder: four post-LN layers of width 256. A recipe's ``model:`` block replaces it whole.
@@ -59,66 +56,11 @@ SET_BY_CLASSIFICATION_RUN = (
 
 
 @dataclass
-class ClassificationArguments(RunArguments, TrainingArguments):
+class ClassificationArguments(ClassificationData, RunArguments, TrainingArguments):
     set_by_run: ClassVar[tuple[str, ...]] = SET_BY_CLASSIFICATION_RUN  # model fields the run sets itself
 
-    dataset: str = field(
-        default="json",
-        metadata={
-            "help": "'json' (local JSON Lines files), 'csv' (local files, comma- or tab-separated as their "
-            "header line is: a tab-separated file is read without quoting, a '\"' being part of the text, "
-            "as in NSMC's ratings_train.txt), 'parquet' (local parquet files), or a Hub data set id (e.g. "
-            "stanfordnlp/imdb) or a local folder laid out as one, whose split names train_file / test_file / "
-            "unlabelled_files then give (train, test, unsupervised)."
-        },
-    )
-    dataset_revision: str | None = field(
-        default=None,
-        metadata={
-            "help": "A Hub data set's branch, tag or commit. refs/convert/parquet is the Hub's Parquet "
-            "conversion: the data of a data set whose main branch holds a loading script (e9t/nsmc), which "
-            "datasets >= 4 no longer runs."
-        },
-    )
-    train_file: str | None = "imdb/train.jsonl.gz"
-    validation_file: str | None = None
-    test_file: str | None = "imdb/test.jsonl.gz"
-    unlabelled_files: list[str] = field(
-        default_factory=list, metadata={"help": "Extra text for masked-LM pre-training."}
-    )
-    text_column: str = field(
-        default="text", metadata={"help": "The column that holds the text (NSMC: document)."}
-    )
-    label_column: str = field(
-        default="label", metadata={"help": "The column that holds the class id (0, 1, ...)."}
-    )
-    drop_empty_texts: bool = field(
-        default=False,
-        metadata={
-            "help": "Drop the labelled rows whose text is empty, blank or missing (null), printing how many "
-            "of each split (NSMC has a few); false: such a row is an error that names it."
-        },
-    )
-    class_names: list[str] | None = field(
-        default=None, metadata={"help": "Names of labels 0, 1, ... (default: from the data)."}
-    )
-    validation_size: float = field(
-        default=0.04,
-        metadata={
-            "help": "Without validation_file: training texts held out for validation (and out of pre-training), "
-            "a count (>= 1) or a fraction (< 1) of the distinct texts, chosen by `seed`."
-        },
-    )
-    validation_runs: int = field(
-        default=0,
-        metadata={
-            "help": "Hold the validation texts out as this many runs of neighbouring rows of the training file, "
-            "for files whose neighbours share a subject (IMDB as released: reviews grouped by movie), so that "
-            "validation's subjects are unseen in training as the test file's are; 0: drawn one by one."
-        },
-    )
+    # ClassificationData's fields (dataset, files, columns, validation split, seed, ...), then training's
     max_train_examples: int | None = None
-    max_eval_examples: int | None = None
     vocab_size: int | None = field(
         default=None,
         metadata={
@@ -147,12 +89,6 @@ class ClassificationArguments(RunArguments, TrainingArguments):
     )
     head_tokens: int = 128
     window_stride: int | None = field(default=None, metadata={"help": "windows: default half a window."})
-    eval_long_text: str | None = field(
-        default=None,
-        metadata={
-            "help": "evaluate: read long texts this way instead of the model's own (to compare readings)."
-        },
-    )
     model: dict[str, Any] = field(
         default_factory=lambda: dict(ENCODER_MODEL),
         metadata={
@@ -192,19 +128,7 @@ class ClassificationArguments(RunArguments, TrainingArguments):
     )
 
     def __post_init__(self):
-        if self.validation_runs < 0:
-            raise ValueError(
-                f"`validation_runs` must be >= 0 (0: texts drawn one by one), got {self.validation_runs}."
-            )
-        if not self.validation_size > 0:
-            raise ValueError(
-                f"`validation_size` must be a count >= 1 or a fraction in (0, 1), got {self.validation_size!r}."
-            )
         self.reading()  # a bad long_text, max_length or window_stride fails now, naming the setting
-        if self.eval_long_text is not None and self.eval_long_text not in LONG_TEXT_STRATEGIES:
-            raise ValueError(
-                f"`eval_long_text` must be one of {list(LONG_TEXT_STRATEGIES)}, got {self.eval_long_text!r}."
-            )
         if self.objective not in PRETRAINING_OBJECTIVES:
             raise ValueError(
                 f"`objective` must be one of {list(PRETRAINING_OBJECTIVES)}, got {self.objective!r}."
@@ -220,14 +144,14 @@ class ClassificationArguments(RunArguments, TrainingArguments):
         for name in ("vocab_size", "max_length", "head_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:  # vocab_size: None with init_from
                 raise ValueError(f"`{name}` must be at least 1, got {getattr(self, name)!r}.")
-        for name in ("max_train_examples", "max_eval_examples"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"`{name}` must be at least 1 (or null: all), got {value!r}.")
+        if self.max_train_examples is not None and self.max_train_examples < 1:
+            raise ValueError(
+                f"`max_train_examples` must be at least 1 (or null: all), got {self.max_train_examples!r}."
+            )
         if self.vocab_size is None and not self.init_from:
             self.vocab_size = DEFAULT_VOCAB_SIZE
         check_model_block(self.model, self.set_by_run)
-        super().__post_init__()  # RunArguments: resume, overwrite, precision, budgets
+        super().__post_init__()  # ClassificationData's; RunArguments: resume, overwrite, precision, budgets
 
     def reading(self) -> LongText:
         """How the run reads a text (``LongText``), from ``long_text``, ``max_length``, ``head_tokens``,

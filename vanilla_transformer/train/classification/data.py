@@ -1,220 +1,15 @@
-"""Classification data: labelled files checked row by row (JSON Lines, comma- or tab-separated or parquet
-files, or a Hub data set's splits), the validation texts held out of the training file, label names, the
-texts as the classifier reads them, and pre-training's corpus."""
+"""A classification run's data as its models read it: each text as the classifier's rows of token ids, and
+pre-training's corpus and rows. Reading the labelled files, the validation split and the label names is
+``vanilla_transformer/data/classification.py``'s, shared with ``classify evaluate``."""
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
-from datasets import Dataset, load_dataset
+from datasets import Dataset
 
 from ...classification_pipeline import LongText, clean_text, encode_long_texts
 from ...configuration_vanilla_transformer import check_token_ids
-from ...data_files import FILE_FORMATS, data_path, read_data_file, refuse_missing
+from ...data.classification import text_corpus, training_and_validation
 from .arguments import ClassificationArguments
-
-# The settings that name a run's data: files (``dataset: json``, ``csv``, ``parquet``) or a Hub data set's
-# splits.
-DATA_SETTINGS = ("train_file", "validation_file", "test_file", "unlabelled_files")
-
-
-def check_data_paths(args: ClassificationArguments, settings: tuple[str, ...] = DATA_SETTINGS) -> None:
-    """Every data path of a classification recipe, checked at once before any work (``training_and_
-    validation`` calls it first; a trainer may call it before anything else): for ``dataset: json``,
-    ``csv`` or ``parquet`` the files ``settings`` name (a missing one is a ``FileNotFoundError`` naming each
-    setting and path), for a Hub data set the split names (a ``ValueError`` listing the splits it has). (``init_from`` is
-    checked with the model: ``finetune.check_init_from``.)"""
-    named = {}  # setting -> the file or split it names
-    for setting in settings:
-        value = getattr(args, setting)
-        if isinstance(value, list):
-            named |= {f"{setting}[{index}]": item for index, item in enumerate(value)}
-        elif value is not None:
-            named[setting] = value
-    if args.dataset in FILE_FORMATS:
-        refuse_missing(
-            {setting: data_path(file, args.data_dir) for setting, file in named.items()}, args.data_dir
-        )
-    elif named:
-        _check_split_names(args.dataset, named, args.dataset_revision)
-
-
-def _check_split_names(dataset: str, named: dict[str, str], revision: str | None = None) -> None:
-    from datasets import get_dataset_split_names
-
-    try:
-        splits = list(get_dataset_split_names(dataset, revision=revision))
-    except Exception:  # noqa: BLE001 - offline, or splits only known once read: load_dataset names them
-        return
-    wrong = [f"{setting}={split!r}" for setting, split in named.items() if split not in splits]
-    if wrong:
-        raise ValueError(
-            f"{dataset} has no split {'; '.join(wrong)}: its splits are {', '.join(splits)} (with a Hub data "
-            "set, train_file / validation_file / test_file / unlabelled_files name its splits)."
-        )
-
-
-def load_split(args: ClassificationArguments, file: str, labelled: bool = True) -> tuple[Dataset, str]:
-    """A split and the name errors give it: a JSON Lines file (``dataset: json``; every row checked first,
-    an error naming the line of the first bad one), a comma- or tab-separated file with a header line
-    (``dataset: csv``) or a parquet file (``dataset: parquet``; the rows of both are checked by
-    ``load_labelled``), or the split named ``file`` of a Hub data set at ``dataset_revision``
-    (``stanfordnlp/imdb``: ``train``, ``test``, ``unsupervised``; a local folder of data files reads the
-    same way)."""
-    if args.dataset not in FILE_FORMATS:
-        data = load_dataset(args.dataset, split=file, revision=args.dataset_revision)
-        return data, f"{args.dataset} ({file})"
-    path = data_path(file, args.data_dir)
-    row_problem = functools.partial(_row_problem, args=args, labelled=labelled)
-    return read_data_file(args.dataset, path, row_problem), path
-
-
-def _row_problem(row: dict, args: ClassificationArguments, labelled: bool = True) -> str | None:
-    """What is wrong with one row (None: nothing): its text missing or not text; if ``labelled``, its
-    text empty (both allowed with ``drop_empty_texts``: ``load_labelled`` drops the row) or its label
-    missing or not an integer."""
-    columns = (args.text_column, args.label_column) if labelled else (args.text_column,)
-    missing = [column for column in columns if column not in row]
-    if missing:
-        return f"column {missing[0]!r} is missing; the row has {sorted(row)}"
-    text = row[args.text_column]
-    dropped = labelled and args.drop_empty_texts and _is_empty(text)
-    hint = " (`drop_empty_texts: true` drops such rows)" if labelled else ""
-    if not isinstance(text, str) and not dropped:
-        return f"{args.text_column!r} is {text!r}, not text{hint}"
-    if labelled and not dropped and not text.strip():
-        return f"{args.text_column!r} is empty{hint}"
-    label = row.get(args.label_column)
-    if labelled and (not isinstance(label, int) or isinstance(label, bool)):
-        return f"{args.label_column!r} is {label!r}; labels must be integers"
-    if labelled and label < 0:
-        return f"{args.label_column!r} is {label}; labels are class ids 0, 1, ..."
-    names = args.class_names
-    if labelled and names is not None and label >= len(names):
-        return (
-            f"{args.label_column!r} is {label}, outside `class_names` ({len(names)} names: labels 0 to "
-            f"{len(names) - 1})"
-        )
-    return None
-
-
-def load_labelled(args: ClassificationArguments, file: str) -> Dataset:
-    """Read a labelled split and check it: both columns present, no empty text, integer labels (a JSON
-    Lines file's rows are checked line by line as ``load_split`` reads it; a csv or parquet file's or a Hub
-    split's here, an error naming the row, counted from 0 among the data rows). With ``drop_empty_texts``
-    the rows whose text is empty, blank or missing are dropped instead, and their count printed."""
-    data, path = load_split(args, file)
-    if args.dataset != "json":
-        for column in (args.text_column, args.label_column):
-            if column not in data.column_names:
-                raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
-        rows = zip(data[args.text_column], data[args.label_column], strict=True)
-        for index, (text, label) in enumerate(rows):
-            problem = _row_problem({args.text_column: text, args.label_column: label}, args)
-            if problem:
-                raise ValueError(f"{path}: row {index}: {problem}.")
-    if not args.drop_empty_texts:
-        return data
-    keep = [index for index, text in enumerate(data[args.text_column]) if not _is_empty(text)]
-    if len(keep) < len(data):
-        print(
-            f"{path}: {len(data) - len(keep):,} of {len(data):,} rows dropped: their {args.text_column!r} "
-            "is empty (drop_empty_texts)."
-        )
-        data = data.select(keep)
-    return data
-
-
-def _is_empty(text) -> bool:
-    """A missing (null) text, or one of white space only: what ``drop_empty_texts`` drops."""
-    return text is None or (isinstance(text, str) and not text.strip())
-
-
-def split_validation(
-    data: Dataset, size: float, seed: int, text_column: str, runs: int = 0, label_column: str = "label"
-) -> tuple[Dataset, Dataset]:
-    """Hold out part of a training file for validation: ``(train, validation)``, the same for the same
-    ``seed``. ``size`` counts distinct texts (>= 1) or is a fraction of them (< 1). A text that occurs
-    more than once (IMDB's train file repeats 96 reviews) lies on one side only, so no validation text is
-    ever trained on; the test file is not read.
-
-    ``runs`` > 0 holds the texts out as that many runs of neighbouring rows instead of one by one: each
-    label's texts, in file order, are cut into runs of ``ceil(count / runs)``, and each label gives its
-    share of the ``runs`` (drawn by ``seed``), so validation keeps the file's label balance. For files whose
-    neighbours share a subject, IMDB's reviews grouped by movie, validation's subjects are then unseen in
-    training, as the test file's are, except where a run's two ends cut a group."""
-    texts = [clean_text(text) for text in data[text_column]]
-    index = {}
-    for row, text in enumerate(texts):
-        index.setdefault(text, row)  # first-seen order: deterministic
-    distinct = list(index)
-    count = int(size) if size >= 1 else round(size * len(distinct))
-    if not 0 < count < len(distinct):
-        raise ValueError(
-            f"`validation_size`={size!r} holds out {count} of {len(distinct)} distinct training texts; "
-            "it must leave at least one on each side."
-        )
-    rng = np.random.default_rng(seed)
-    if runs:
-        order = _runs_of_neighbours(list(data[label_column]), list(index.values()), count, runs, rng)
-    else:
-        order = rng.permutation(len(distinct))
-    held_out = {distinct[i] for i in order[:count]}
-    inside = np.fromiter((text in held_out for text in texts), dtype=bool, count=len(texts))
-    return data.select(np.flatnonzero(~inside)), data.select(np.flatnonzero(inside))
-
-
-def _runs_of_neighbours(labels, first_rows: list[int], count: int, runs: int, rng) -> np.ndarray:
-    """Indices into the distinct texts (``first_rows``: each one's first row): ``runs`` runs of
-    ``ceil(count / runs)`` neighbours, cut within each label and shared out among labels by frequency."""
-    length = -(-count // runs)
-    by_label: dict = {}
-    for position, row in enumerate(first_rows):
-        by_label.setdefault(labels[row], []).append(position)
-    chosen = []
-    shares = {label: runs * len(members) / len(first_rows) for label, members in by_label.items()}
-    counts = {label: int(share) for label, share in shares.items()}
-    for label in sorted(shares, key=lambda label: shares[label] - counts[label], reverse=True):
-        if sum(counts.values()) == runs:
-            break
-        counts[label] += 1  # largest remainders first
-    for label, members in by_label.items():
-        available = len(members) // length
-        if counts[label] >= available:
-            raise ValueError(
-                f"`validation_runs`={runs}: label {label!r} would give {counts[label]} runs of {length} texts "
-                f"but has {len(members)} distinct texts, too few to keep any for training; use fewer runs "
-                "or a smaller `validation_size`."
-            )
-        for start in rng.permutation(available)[: counts[label]] * length:
-            chosen.append(members[start : start + length])
-    chosen.sort(key=lambda run: run[0])
-    return np.concatenate(chosen) if chosen else np.arange(0)
-
-
-def label_maps(args: ClassificationArguments, labels: list[int]) -> tuple[dict[int, str], dict[str, int]]:
-    """id2label/label2id: the given names, else NEGATIVE/POSITIVE for 0/1 data, else LABEL_i. Data of fewer
-    than two classes is refused: it would train a one-label regression that reports accuracy 1.0."""
-    classes = sorted(set(labels))
-    if len(classes) < 2:
-        found = f"every row has label {classes[0]}" if classes else "there are no rows"
-        raise ValueError(
-            f"{args.train_file}: {found} (`{args.label_column}`): a classifier needs at least two classes "
-            "in its training data."
-        )
-    count = max(labels) + 1
-    if min(labels) < 0:
-        raise ValueError(f"Labels must be 0..num_labels-1, found {min(labels)}.")
-    if args.class_names is not None:
-        if count > len(args.class_names):
-            raise ValueError(f"Label {count - 1} has no name: `class_names` lists {len(args.class_names)}.")
-        names = list(args.class_names)
-    elif count == 2:
-        names = ["NEGATIVE", "POSITIVE"]
-    else:
-        names = [f"LABEL_{i}" for i in range(count)]
-    return dict(enumerate(names)), {name: i for i, name in enumerate(names)}
 
 
 def encode_texts(
@@ -254,23 +49,6 @@ def subset(dataset: Dataset, limit: int | None, seed: int) -> Dataset:
     return dataset.select(range(min(limit, len(dataset)))) if limit else dataset
 
 
-def training_and_validation(
-    args: ClassificationArguments, seed: int, check_paths: bool = True
-) -> tuple[Dataset, Dataset]:
-    """``(train, validation)``: ``validation_file``, or the ``validation_size`` texts held out of the
-    training file by ``seed``. The one split every stage uses: pre-training leaves these texts out,
-    fine-tuning validates on them and ``classify evaluate --split validation`` scores them (the split is
-    drawn from the file as it is, before any shuffling, so all three agree). Every data path of the recipe
-    is checked first (:func:`check_data_paths`; ``check_paths``: only the training and validation files)."""
-    check_data_paths(args, DATA_SETTINGS if check_paths else ("train_file", "validation_file"))
-    train = load_labelled(args, args.train_file)
-    if args.validation_file:
-        return train, load_labelled(args, args.validation_file)
-    return split_validation(
-        train, args.validation_size, seed, args.text_column, args.validation_runs, args.label_column
-    )
-
-
 def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[str], list[str]]:
     """``(corpus, validation)``: the texts pre-training learns from and the held-out ones it may report on.
 
@@ -281,31 +59,6 @@ def pretraining_texts(args: ClassificationArguments, seed: int) -> tuple[list[st
     train, validation = training_and_validation(args, seed)
     held_out = list(validation[args.text_column])
     return text_corpus(args, list(train[args.text_column]), held_out), held_out
-
-
-def read_texts(args: ClassificationArguments, file: str) -> tuple[list[str], str]:
-    """The texts of one file or Hub split (``text_column``; labels, if any, are not read) and its name."""
-    data, where = load_split(args, file, labelled=False)
-    if args.text_column not in data.column_names:
-        raise ValueError(
-            f"{where}: column {args.text_column!r} is missing; the rows have {data.column_names}."
-        )
-    return list(data[args.text_column]), where
-
-
-def text_corpus(args: ClassificationArguments, texts: list[str], held_out: list[str]) -> list[str]:
-    """``texts`` and the ``unlabelled_files``' texts, less any that is also a held-out (validation) or test
-    text: IMDB's unlabelled file repeats 266 test reviews word for word. Prints what it kept and dropped."""
-    texts = texts + [text for file in args.unlabelled_files for text in read_texts(args, file)[0]]
-    excluded = {clean_text(text) for text in held_out}
-    if args.test_file:
-        excluded |= {clean_text(text) for text in read_texts(args, args.test_file)[0]}
-    corpus = [text for text in texts if clean_text(text) not in excluded]
-    print(
-        f"Training on {len(corpus):,} texts ({len(texts) - len(corpus):,} dropped: validation or test text); "
-        f"{len(held_out):,} held out."
-    )
-    return corpus
 
 
 def pretraining_dataset(texts: list[str], tokenizer, args: ClassificationArguments) -> Dataset:
@@ -327,15 +80,4 @@ def pretraining_dataset(texts: list[str], tokenizer, args: ClassificationArgumen
     return data.map(pack, batched=True, batch_size=1000, remove_columns=data.column_names, desc="Packing")
 
 
-__all__ = [
-    "DATA_SETTINGS",
-    "check_data_paths",
-    "read_texts",
-    "text_corpus",
-    "load_labelled",
-    "split_validation",
-    "label_maps",
-    "training_and_validation",
-    "pretraining_texts",
-    "pretraining_dataset",
-]
+__all__ = ["encode_texts", "subset", "pretraining_texts", "pretraining_dataset"]

@@ -14,6 +14,7 @@ from transformers.utils import logging
 
 from ...classification_pipeline import LongText
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
+from ...evaluation import evaluate_on_recipe_data
 from ...loading import is_hub_id
 from ...model_card import Result, write_model_card
 from ...modeling_vanilla_transformer import VanillaTransformerForSequenceClassification
@@ -26,7 +27,6 @@ from ..common.init_from import (
 )
 from ..common.precision_record import describe_precision
 from .arguments import ClassificationArguments
-from .evaluate import evaluate_on_recipe_data
 from .setup import (
     data_name,
     model_config,

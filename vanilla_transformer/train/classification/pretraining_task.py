@@ -13,11 +13,12 @@ from pathlib import Path
 
 from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding
 
+from ...data.classification import check_data_paths
 from ...fast_dropout import use_fast_dropout
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
-from ..common.recipes import read_recipe
+from ...recipes import read_recipe
 from .arguments import ClassificationArguments
-from .data import check_data_paths, pretraining_dataset, pretraining_texts
+from .data import pretraining_dataset, pretraining_texts
 from .electra import ElectraForPreTraining
 from .pretrain import PretrainingTrainer, pretraining_card
 from .setup import classification_tokenizer, model_config

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...classification_pipeline import clean_text
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
-from ...data_files import FILE_FORMATS, data_path
+from ...data.files import FILE_FORMATS, data_path
 from ...tokenization import MASK_TOKEN
 from ..common.data import load_or_train_tokenizer
 from ..common.init_from import load_parent_tokenizer

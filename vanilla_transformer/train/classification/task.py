@@ -16,13 +16,14 @@ import torch
 from transformers import DataCollatorWithPadding
 
 from ...classification_pipeline import average_logits
+from ...data.classification import DATA_SETTINGS, check_data_paths, label_maps, training_and_validation
 from ...fast_dropout import use_fast_dropout
 from ...metrics import classification_metrics
 from ..common.budget import BudgetedTrainer
 from ..common.checkpoints import checkpoint_dirs
 from ..tasks import Task
 from .arguments import ClassificationArguments, load_classification_arguments
-from .data import DATA_SETTINGS, check_data_paths, encode_texts, label_maps, subset, training_and_validation
+from .data import encode_texts, subset
 from .finetune import build_classifier, check_init_from, classifier_card, test_scores
 from .setup import classification_tokenizer, data_paths, run_budgets, run_settings
 

@@ -1,10 +1,12 @@
-"""The settings every training run shares, with one meaning in every task: the task, where relative data
-files are read from, the model a run starts from (``init_from``), whether the run folder's run is continued
-or replaced, the precision, and the time budgets.
+"""The settings every training run shares, with one meaning in every task: the task, the model a run starts
+from (``init_from``), whether the run folder's run is continued or replaced, the precision, and the time
+budgets.
 
-Every task's arguments are one dataclass: ``RunArguments`` and ``transformers.TrainingArguments`` (or
-``Seq2SeqTrainingArguments``) with the task's own fields. The run folder is the Trainer's ``output_dir``,
-the same for every task (checkpoints in ``output_dir/checkpoints``).
+Every task's arguments are one dataclass: the task's data settings (``data.translation.TranslationData``,
+``data.classification.ClassificationData``: where relative data files are read from, ``data_dir``, is
+theirs), ``RunArguments`` and ``transformers.TrainingArguments`` (or ``Seq2SeqTrainingArguments``) with the
+task's own fields. The run folder is the Trainer's ``output_dir``, the same for every task (checkpoints in
+``output_dir/checkpoints``).
 
 ``mixed_precision`` is decided here, once, for every task: the device the run trains on is the Trainer's
 (``use_cpu``, else the accelerator ``devices.pick_device`` finds), the precision what
@@ -33,10 +35,6 @@ class RunArguments:
             "help": "What the run trains: translation (the default) | classification | masked-lm | electra | "
             "causal-lm."
         },
-    )
-    data_dir: str | None = field(
-        default=None,
-        metadata={"help": "Folder that relative data files are read from (default: $VT_DATA_DIR)."},
     )
     init_from: str | None = field(
         default=None,

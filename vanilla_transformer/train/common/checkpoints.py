@@ -13,8 +13,8 @@ a process killed at any moment leaves each ``checkpoint-*`` folder complete:
   and renamed into place when complete (``publish_checkpoint``);
 * a step saved again (a run restarted in the same folder) moves the earlier save aside to
   ``.replaced-checkpoint-N`` before the new one takes its name, and deletes it only afterwards; killed
-  between the two renames, the earlier save still counts as checkpoint N (``checkpoint_dirs``), and the
-  next save renames it back;
+  between the two renames, the earlier save still counts as checkpoint N (``averaging.checkpoint_dirs``,
+  which ``average --last`` reads a run folder with too), and the next save renames it back;
 * a checkpoint beyond the last ``save_total_limit`` is renamed to ``.deleting-checkpoint-N`` before it is deleted, so a
   half-deleted folder never looks like a checkpoint.
 
@@ -30,16 +30,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
-from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-STEP_DIR = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-REPLACED_DIR = re.compile(rf"^\.replaced-{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-STATE_FILE = TRAINER_STATE_NAME
+from ...averaging import REPLACED_DIR, STATE_FILE, checkpoint_dirs, checkpoint_step
+
 CHECKSUMS_FILE = "checksums.json"
 
 
@@ -50,32 +47,6 @@ def checkpoint_name(step: int) -> str:
 def staging_dir(root: Path, step: int) -> Path:
     """Where checkpoint ``step`` is written before ``publish_checkpoint`` renames it into place."""
     return root / f".tmp-{checkpoint_name(step)}"
-
-
-def checkpoint_step(folder: Path) -> int:
-    """The update a checkpoint folder was saved at (``checkpoint-N`` or an interrupted re-save's
-    ``.replaced-checkpoint-N``)."""
-    match = STEP_DIR.match(folder.name) or REPLACED_DIR.match(folder.name)
-    if match is None:
-        raise ValueError(f"{folder} is not a checkpoint folder ({PREFIX_CHECKPOINT_DIR}-N).")
-    return int(match.group(1))
-
-
-def checkpoint_dirs(root: Path) -> list[Path]:
-    """Complete checkpoints under ``root``, oldest first: every ``checkpoint-N``, and the earlier save of a
-    step whose re-save was interrupted between its two renames (``.replaced-checkpoint-N`` without
-    ``checkpoint-N``)."""
-    if not root.is_dir():
-        return []
-    found = {}
-    for pattern in (
-        REPLACED_DIR,
-        STEP_DIR,
-    ):  # checkpoint-N wins over a .replaced-checkpoint-N of the same step
-        for folder in root.iterdir():
-            if folder.is_dir() and pattern.match(folder.name) and (folder / STATE_FILE).is_file():
-                found[checkpoint_step(folder)] = folder
-    return [found[step] for step in sorted(found)]
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -138,6 +109,44 @@ def damage(folder: Path) -> str | None:
             return f"{name} has {size:,} bytes, {expected['bytes']:,} when saved (truncated or replaced)"
         if _sha256(path) != expected["sha256"]:
             return f"{name} has changed since it was saved (its SHA-256 differs)"
+    return unsafe_state(folder)
+
+
+# The pickled states the Trainer loads on resume (optimizer, scheduler, gradient scaler, each process's RNG).
+STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "rng_state_*.pth")
+
+
+def unsafe_state(folder: Path) -> str | None:
+    """What is wrong with a checkpoint's pickled states (``STATE_FILES``), or None: each is read as the
+    Trainer will read it on resume (``torch.load`` with ``weights_only``, which runs no code, and the
+    Trainer's own allow-list), memory-mapped, so that a file holding a payload that would run code is named
+    as unsafe and a file that cannot be unpickled as damaged, not torch's traceback mid-resume. Checksums
+    match such a file if it was written that way, or rewritten to match."""
+    import pickle
+
+    import torch
+
+    try:
+        from transformers.trainer_pt_utils import safe_globals
+    except ImportError:  # an older transformers: weights_only's own allow-list
+        from contextlib import nullcontext as safe_globals
+
+    for pattern in STATE_FILES:
+        for path in sorted(folder.glob(pattern)):
+            try:
+                with safe_globals():
+                    torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except pickle.UnpicklingError as error:
+                reason = " ".join(str(error).split())[:160]
+                if "weights only" in reason.lower() or "weights_only" in reason.lower():
+                    return (
+                        f"{path.name} is unsafe: it holds a pickle that would run code, which torch.load "
+                        "refuses to run (weights_only)"
+                    )
+                return f"{path.name} is damaged and cannot be unpickled ({reason})"
+            except (RuntimeError, EOFError, ValueError, OSError) as error:
+                reason = " ".join(str(error).split())[:160]
+                return f"{path.name} is damaged and cannot be read ({type(error).__name__}: {reason})"
     return None
 
 

@@ -1,6 +1,6 @@
 """A training run's tokenizer: an existing one (a folder a setting names is checked to hold one), or a BPE
 vocabulary trained on the run's text and saved for the next invocation. Reading the data files themselves
-(``data_path``, ``read_data_file``, ...) is ``vanilla_transformer/data_files.py``'s, shared with serving."""
+(``data_path``, ``read_data_file``, ...) is ``vanilla_transformer/data/files.py``'s, shared with serving."""
 
 from __future__ import annotations
 

@@ -26,8 +26,9 @@ from transformers import AutoTokenizer
 
 from ...configuration_vanilla_transformer import PRESETS, VanillaTransformerConfig
 from ...loading import check_model_folder, is_hub_id
+from ...recipes import MODEL_BLOCK, apply_overrides
 from .checkpoints import checkpoint_dirs
-from .recipes import MODEL_BLOCK, PRESET_KEY, apply_overrides
+from .recipes import PRESET_KEY
 
 # Config fields a fine-tuning recipe may set to other values than the parent's: they regularise training
 # and leave every weight's shape and meaning as it was.

@@ -2,10 +2,11 @@
 job), SIGINT (Ctrl-C) and SIGUSR1 (SLURM's ``--signal``).
 
 During the updates the first signal is a request: the update in flight finishes, a checkpoint is written,
-and the run ends with ``RunInterrupted`` (exit status 128 + the signal's number, one line saying how to
-resume). A second signal stops the process at once: the checkpoints already published are complete (they
-are renamed into place only when whole), so nothing but the update in flight is lost. Outside the updates
-(setting up, the final model and test scores), a signal stops the run at once, with the same line.
+and the run ends with ``RunInterrupted`` (``interruption.py``: exit status 128 + the signal's number, one
+line saying how to resume). A second signal stops the process at once: the checkpoints already published
+are complete (they are renamed into place only when whole), so nothing but the update in flight is lost.
+Outside the updates (setting up, the final model and test scores), a signal stops the run at once, with the
+same line.
 
 Under several processes (``accelerate launch`` forwards the signal to every worker; a signal to one of them
 is enough) the processes agree on the update to stop after without waiting for a device or for each other
@@ -27,16 +28,9 @@ import threading
 import torch
 from transformers import TrainerCallback
 
+from ...interruption import RunInterrupted
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-
-
-class RunInterrupted(Exception):
-    """The run stopped on a signal. ``exit_status`` is the shell's 128 + the signal's number."""
-
-    def __init__(self, signum: int, message: str):
-        super().__init__(message)
-        self.signum = signum
-        self.exit_status = 128 + signum
 
 
 def signal_name(signum: int) -> str:

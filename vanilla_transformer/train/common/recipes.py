@@ -1,4 +1,6 @@
-"""Recipes: YAML files of settings, parsed into a run's argument dataclasses by ``HfArgumentParser``.
+"""Recipes, parsed into a run's argument dataclasses by ``HfArgumentParser``. Finding and reading the YAML
+files and ``--set`` overrides is ``vanilla_transformer/recipes/``'s (shared with the serving commands, which
+read only a recipe's data settings); what a setting means to a run is here.
 
 One way for both tasks (translation: ``TranslationTrainingArguments``; classification:
 ``ClassificationArguments`` and ``transformers.TrainingArguments`` side by side):
@@ -30,117 +32,14 @@ Example (a translation recipe)::
 from __future__ import annotations
 
 import dataclasses
-import re
-import types
-import typing
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
-import yaml
 from transformers import HfArgumentParser
 
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
+from ...recipes import MODEL_BLOCK, field_types, source_name, type_problem, unknown_key_hint
 
-MODEL_BLOCK = "model"
 PRESET_KEY = "preset"
-
-
-class _RecipeLoader(yaml.SafeLoader):
-    """PyYAML's loader with YAML 1.2 booleans and exponent floats (see the module docstring)."""
-
-
-_RecipeLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_RecipeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-_RecipeLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
-
-
-def parse_yaml(text: str):
-    """Parse a recipe or a ``--set`` value."""
-    return yaml.load(text, Loader=_RecipeLoader)
-
-
-# The recipes that ship with the package (``vanilla_transformer/recipes/``; ``training/configs`` in a clone).
-SHIPPED_RECIPES = Path(__file__).resolve().parents[2] / "recipes"
-
-
-def shipped_recipes() -> list[str]:
-    return sorted(path.stem for path in SHIPPED_RECIPES.glob("*.yaml"))
-
-
-def find_recipe(name: str) -> str:
-    """``--recipe``: a YAML file's path, or the name of a shipped recipe (``multi30k_de_en``, with or without
-    ``.yaml``), so that the README's commands run from a wheel as from a clone."""
-    path = Path(name)
-    if path.is_file():
-        return str(path)
-    shipped = SHIPPED_RECIPES / f"{path.name.removesuffix('.yaml')}.yaml"
-    if path.parent == Path(".") and shipped.is_file():
-        return str(shipped)
-    if path.parent != Path(".") and not path.exists():
-        # training/configs/NAME.yaml from a directory other than a clone's root: the shipped one of that name
-        if path.parent.as_posix().endswith("training/configs") and shipped.is_file():
-            return str(shipped)
-    raise FileNotFoundError(
-        f"--recipe {name}: no such file, and no shipped recipe of that name (shipped: "
-        f"{', '.join(shipped_recipes())})."
-    )
-
-
-def read_recipe(path: str | Path) -> dict:
-    """The settings of a YAML recipe file (a mapping; the ``model:`` block a mapping too)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No such recipe file: {path}")
-    try:
-        values = parse_yaml(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ValueError(f"{where}: not valid YAML ({problem}).") from error
-    if not isinstance(values, dict):
-        raise ValueError(f"{path}: a recipe must be a mapping of setting: value.")
-    if not isinstance(values.get(MODEL_BLOCK, {}), dict):
-        raise ValueError(f"{path}: `model:` must be a mapping of VanillaTransformerConfig fields.")
-    return values
-
-
-def parse_overrides(pairs: Iterable[str]) -> dict:
-    """``["max_steps=400", "model.d_model=64"]`` -> ``{"max_steps": 400, "model.d_model": 64}``."""
-    overrides = {}
-    for pair in pairs:
-        if "=" not in pair:
-            raise ValueError(f"--set expects key=value, got {pair!r}")
-        key, value = pair.split("=", 1)
-        try:
-            overrides[key.strip().replace("-", "_")] = parse_yaml(value)
-        except yaml.YAMLError as error:
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-            raise ValueError(f"--set {key.strip()}: {value!r} is not valid YAML ({problem}).") from error
-    return overrides
-
-
-def apply_overrides(values: Mapping, overrides: Mapping | None, default_model: dict) -> dict:
-    """``values`` with ``overrides`` applied: a plain key replaces a setting (``model``: the whole block);
-    ``model.<field>`` edits one field of the block (the recipe's, else ``default_model``)."""
-    values, overrides = dict(values), dict(overrides or {})
-    dotted = {key: overrides.pop(key) for key in list(overrides) if "." in key}
-    values.update(overrides)
-    for key, value in dotted.items():
-        block, name = key.split(".", 1)
-        if block != MODEL_BLOCK:
-            raise ValueError(f"Only the model block takes dotted settings (model.<field>), not {key!r}.")
-        values[MODEL_BLOCK] = {**values.get(MODEL_BLOCK, default_model), name: value}
-    return values
 
 
 def default_tracker() -> str:
@@ -166,19 +65,19 @@ def parse_settings(
     unknown = sorted(set(values) - known)
     if unknown:
         in_file = [key for key in unknown if key in (from_file or {})]
-        raise ValueError(
-            f"Unknown setting(s) in {recipe if in_file else '--set'}: {', '.join(in_file or unknown)}. "
-            f"Known settings: {', '.join(sorted(known))}."
+        named = "; ".join(
+            f"{key} ({unknown_key_hint(key, known, CONFIG_FIELDS)})" for key in in_file or unknown
         )
+        raise ValueError(f"Unknown setting(s) in {recipe if in_file else '--set'}: {named}.")
     from .arguments import FLAG_OR_WORD  # resume / overwrite: true | false | a word, one type for the parser
 
     values = {
         key: ("true" if value else "false") if key in FLAG_OR_WORD and isinstance(value, bool) else value
         for key, value in values.items()
     }
-    field_types = _field_types(dataclass_types)
+    annotations = field_types(dataclass_types)
     for key, value in values.items():
-        problem = _type_problem(value, field_types.get(key))
+        problem = type_problem(value, annotations.get(key))
         if problem:
             where = recipe if key in (from_file or {}) and key not in (overrides or {}) else "--set"
             raise ValueError(f"{where}: `{key}` {problem}, got {value!r}.")
@@ -188,48 +87,6 @@ def parse_settings(
         raise ValueError(f"{source_name(recipe, overrides)}: {error}") from error
 
 
-def _field_types(dataclass_types: tuple) -> dict:
-    """{setting: its annotation} over the run's dataclasses (first one wins)."""
-    types = {}
-    for cls in dataclass_types:
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            types.setdefault(f.name, hints.get(f.name))
-    return types
-
-
-def _type_problem(value, annotation) -> str | None:
-    """Why ``value`` cannot be a setting of type ``annotation`` (None: it can, or the type is not a plain
-    number, string, flag, list or mapping that is checked here), so that a bad value is refused by name
-    before any work starts instead of failing deep inside the run."""
-    allowed = (
-        typing.get_args(annotation)
-        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
-        else (annotation,)
-    )
-    if value is None:
-        return None if type(None) in allowed else "must be set (it cannot be null)"
-    names = {
-        int: "an integer",
-        float: "a number",
-        bool: "true or false",
-        str: "a string",
-        list: "a list",
-        dict: "a mapping",
-    }
-    plain = [typing.get_origin(kind) or kind for kind in allowed if kind is not type(None)]
-    if not plain or any(kind not in names for kind in plain):
-        return None  # enums, literals and other types: the parser checks those
-    for kind in plain:
-        if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return None
-        if kind is int and isinstance(value, int) and not isinstance(value, bool):
-            return None
-        if kind in (bool, str, list, dict) and isinstance(value, kind):
-            return None
-    return "must be " + " or ".join(names[kind] for kind in plain)
-
-
 def default_model_block(dataclass_types: tuple) -> dict:
     """The built-in ``model:`` block: the default of the ``model`` field of the run's arguments."""
     for cls in dataclass_types:
@@ -237,13 +94,6 @@ def default_model_block(dataclass_types: tuple) -> dict:
             if f.name == MODEL_BLOCK:
                 return f.default_factory()
     return {}
-
-
-def source_name(recipe: str | None, overrides: Mapping | None) -> str:
-    """How errors name where the settings came from: the recipe file, ``--set``, or both."""
-    if recipe is None:
-        return "--set"
-    return f"{recipe} (with --set overrides)" if overrides else str(recipe)
 
 
 # Trainer settings the run core owns, refused in a recipe of either task with what to set instead.
@@ -289,9 +139,9 @@ def check_model_block(block: dict, set_by_run: Iterable[str]) -> None:
     allowed = [PRESET_KEY] + [name for name in CONFIG_FIELDS if name not in set_by_run]
     unknown = sorted(set(block) - set(CONFIG_FIELDS) - {PRESET_KEY})
     if unknown:
+        named = "; ".join(f"model.{key} ({unknown_key_hint(key, allowed)})" for key in unknown)
         raise ValueError(
-            f"Unknown model setting(s): {', '.join(f'model.{key}' for key in unknown)}. The model block "
-            f"takes VanillaTransformerConfig fields: {', '.join(allowed)}."
+            f"Unknown model setting(s): {named}. The model block takes VanillaTransformerConfig fields."
         )
     derived = sorted(set(block) & set_by_run)
     if derived:
@@ -354,12 +204,6 @@ def build_config(
 
 
 __all__ = [
-    "find_recipe",
-    "shipped_recipes",
-    "parse_yaml",
-    "read_recipe",
-    "parse_overrides",
-    "apply_overrides",
     "parse_settings",
     "check_model_block",
     "build_config",

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 import torch
 from transformers.utils import logging
 
+from ...averaging import SETTINGS_FILE
 from .checkpoints import (
     checkpoint_dirs,
     damage,
@@ -42,7 +43,6 @@ from .run_folder import RunFolder, RunFolderError, changed_settings
 logger = logging.get_logger(__name__)
 
 # A checkpoint's record of the run's settings (compared on resume).
-SETTINGS_FILE = "run_settings.json"
 # Updates in a row whose loss is not finite before the run stops (each one is skipped).
 NONFINITE_UPDATES_ALLOWED = 5
 
@@ -306,7 +306,7 @@ def resume_checkpoint(folder: RunFolder, root: Path, settings: dict, args) -> Pa
             checkpoint = candidate
             break
         problems.append(f"{candidate.name}: {problem}")
-        say(f"Checkpoint {candidate} is damaged ({problem}); trying the one before it.")
+        say(f"Checkpoint {candidate} cannot be resumed from ({problem}); trying the one before it.")
     if found and checkpoint is None:
         raise RunFolderError(
             f"resume: no intact checkpoint under {root} ({'; '.join(problems)}). Restore them, or start a new run "

@@ -36,8 +36,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ...recipes import parse_yaml
 from ..common.checkpoints import latest_checkpoint
-from ..common.recipes import parse_yaml
 
 BASE = "base"
 GROUPS = ("A", "B", "C", "D", "E")

@@ -1,6 +1,7 @@
 """The settings of a translation training run: one dataclass, ``Seq2SeqTrainingArguments`` with the
 translation run's own fields added, read from a YAML recipe and the command line by ``HfArgumentParser``
-(``train/common/recipes.py``); the model's settings are its ``model:`` block.
+(``train/common/recipes.py``); the data's settings are ``data.translation.TranslationData``'s, which it
+inherits (``evaluate`` reads them alone), and the model's settings are its ``model:`` block.
 
 Every trainer switch is a recipe key with its transformers name and meaning (``max_steps``,
 ``gradient_accumulation_steps``, ``eval_steps``, ``save_steps``, ``save_total_limit``, ``logging_steps``,
@@ -20,6 +21,7 @@ from typing import Any
 
 from transformers import Seq2SeqTrainingArguments
 
+from ...data.translation import TranslationData
 from ...modeling_vanilla_transformer import PAPER_LENGTH_PENALTY, PAPER_NUM_BEAMS
 from ..common.arguments import RunArguments
 from ..common.recipes import SET_BY_RUN, SET_BY_THE_CORE, check_model_block, default_tracker
@@ -53,46 +55,8 @@ SET_BY_TRANSLATION = {
 
 
 @dataclass
-class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
-    # -- data ---------------------------------------------------------------------------------------
-    dataset: str = field(
-        default="synthetic",
-        metadata={
-            "help": "'synthetic' (built in); 'json', 'csv', 'parquet' or 'text' (local files named by "
-            "train_file / validation_file / test_file); or a Hub data set id (or a local folder of data files)."
-        },
-    )
-    dataset_config: str | None = field(default=None, metadata={"help": "Hub data set configuration name."})
-    train_file: str | None = field(
-        default=None,
-        metadata={
-            "help": "The training split: a JSON Lines file (dataset: json, optionally .gz), or the common "
-            "prefix of two parallel text files <prefix>.<source_lang> and <prefix>.<target_lang> (dataset: text)."
-        },
-    )
-    validation_file: str | None = field(
-        default=None, metadata={"help": "The validation split, as train_file names it."}
-    )
-    test_file: str | None = field(default=None, metadata={"help": "The test split, as train_file names it."})
-    source_column: str | None = field(
-        default=None,
-        metadata={
-            "help": "The column of source sentences where the rows are flat (default: the one named "
-            "source_lang, as in bentrevett/multi30k); rows with a `translation` dict need none."
-        },
-    )
-    target_column: str | None = field(
-        default=None,
-        metadata={"help": "The column of target sentences (default: the one named target_lang)."},
-    )
-    tokenized_test_references: str | None = field(
-        default=None,
-        metadata={"help": "Official lowercased tokenized references of the test split (Multi30k tok/)."},
-    )
-    source_lang: str = "en"
-    target_lang: str = "de"
-    synthetic_train_size: int = 20000
-    synthetic_eval_size: int = 500
+class TranslationTrainingArguments(TranslationData, RunArguments, Seq2SeqTrainingArguments):
+    # -- data: TranslationData's fields (dataset, files, languages, seed, ...), then the lengths trained on --
     max_source_length: int = 128
     max_target_length: int = 128
     # -- tokenizer (§5.1: one shared BPE vocabulary) ------------------------------------------------
@@ -153,10 +117,8 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
     warmup_steps: int = field(default=400, metadata={"help": "Eq. 3's warmup, in updates."})
     adam_beta2: float = 0.98
     adam_epsilon: float = 1e-9
-    seed: int = 0
     eval_strategy: str = "steps"
     eval_steps: int = 200
-    per_device_eval_batch_size: int = 100
     save_steps: int = 200
     save_total_limit: int | None = field(
         default=5, metadata={"help": "Checkpoints kept (older ones are deleted, by rename first)."}
@@ -181,9 +143,7 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
             "vocab_size",
             "max_source_length",
             "max_target_length",
-            "synthetic_train_size",
             "eval_bleu_samples",
-            "per_device_eval_batch_size",
             "gradient_accumulation_steps",
             "max_steps",
             "warmup_steps",
@@ -220,7 +180,7 @@ class TranslationTrainingArguments(RunArguments, Seq2SeqTrainingArguments):
                 f"`save_total_limit` must be at least 1 (or null: keep all), got {self.save_total_limit}."
             )
         check_model_block(self.model, SET_BY_RUN)
-        super().__post_init__()  # RunArguments: resume, overwrite, budgets, the precision; the Trainer's own
+        super().__post_init__()  # TranslationData's; RunArguments: resume, overwrite, budgets, the precision; the Trainer's
 
 
 # What a resumed run must share with its checkpoint: what an update is. The model and the data it sees, the
@@ -273,8 +233,9 @@ def load_arguments(recipe: str | None = None, overrides: dict | None = None) -> 
     """Read a YAML recipe (none: the built-in synthetic job), apply ``overrides`` (``model.d_model``-style
     keys edit the model block: the built-in one, or with ``init_from`` an empty one); an unknown key is an
     error naming the key and the file, as is a trainer setting the run decides itself."""
+    from ...recipes import read_recipe, source_name
     from ..common.init_from import recipe_values
-    from ..common.recipes import parse_settings, read_recipe, source_name
+    from ..common.recipes import parse_settings
 
     from_file = read_recipe(recipe) if recipe else {}
     for key, why in SET_BY_TRANSLATION.items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..common.checkpoints import checkpoint_dirs, checkpoint_step
+from ...averaging import checkpoint_dirs, checkpoint_step
 
 
 def spaced_checkpoints(root: Path, last: int, spacing: int) -> list[Path]:

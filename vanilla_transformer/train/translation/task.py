@@ -12,14 +12,16 @@ from pathlib import Path
 from transformers import DataCollatorForSeq2Seq
 from transformers.trainer_utils import IntervalStrategy
 
+from ...data.translation import check_data_paths, data_paths, prepare_data
 from ...evaluation import set_decoding
 from ...fast_dropout import use_fast_dropout
 from ...fused_output_loss import use_fused_output_loss
 from ...precision import use_fast_bf16_kernels
+from ..common.data import check_tokenizer_folder
 from ..tasks import Task
 from .arguments import TranslationTrainingArguments, load_arguments, run_budgets, run_settings
 from .batching import TokenBudgetBatchSampler
-from .data import check_data_paths, data_paths, prepare_data, tokenize_pairs, translation_tokenizer
+from .data import tokenize_pairs, translation_tokenizer
 from .trainer import (
     VALIDATION_HYPOTHESES,
     TranslationTrainer,
@@ -47,6 +49,8 @@ class TranslationTask(Task):
 
     def check(self, args) -> None:
         check_data_paths(args)
+        if args.tokenizer_path:
+            check_tokenizer_folder(args.tokenizer_path, "tokenizer_path")
         check_init_from(args)
 
     def reads(self, args) -> dict:

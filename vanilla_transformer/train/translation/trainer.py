@@ -37,7 +37,8 @@ from transformers.utils import logging
 
 from ...averaging import average_checkpoints
 from ...configuration_vanilla_transformer import VanillaTransformerConfig
-from ...data_files import data_path
+from ...data.files import data_path
+from ...data.translation import LOCAL_DATASETS
 from ...evaluation import evaluate_split
 from ...loading import is_hub_id
 from ...metrics import bleu_scores
@@ -64,7 +65,6 @@ from ..common.run_trainer import RunTrainer
 from .arguments import TranslationTrainingArguments
 from .averaging import spaced_checkpoints
 from .batching import TokenBudgetBatchSampler
-from .data import LOCAL_DATASETS
 from .schedule import transformer_lr_scheduler
 
 logger = logging.get_logger(__name__)
