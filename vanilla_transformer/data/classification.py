@@ -223,7 +223,9 @@ def load_labelled(args: ClassificationData, file: str) -> Dataset:
                 raise ValueError(f"{path}: column {column!r} is missing; the rows have {data.column_names}.")
         labels = data[args.label_column]
         if args.dataset == "csv":  # read as written (files._delimited_options): the integers they spell
-            labels = [int(label) if re.fullmatch(r"-?[0-9]{1,18}", label) else label for label in labels]
+            labels = [
+                int(x) if isinstance(x, str) and re.fullmatch(r"-?[0-9]{1,18}", x) else x for x in labels
+            ]
         rows = zip(data[args.text_column], labels, strict=True)
         for index, (text, label) in enumerate(rows):
             problem = _row_problem({args.text_column: text, args.label_column: label}, args)

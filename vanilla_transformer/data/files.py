@@ -174,15 +174,25 @@ def read_data_file(
 ) -> Dataset:
     """One split from a local file of ``kind`` (``FILE_FORMATS``), checked before ``datasets`` reads it
     (:func:`check_data_file`): JSON Lines row by row (``row_problem``), a CSV or TSV file line by line (its
-    rows are the caller's to check), a parquet file for existence."""
+    rows are the caller's to check; pandas must read as many as CSV's rules find), a parquet file for
+    existence."""
     if kind == "json":
         check_data_file(path, row_problem=row_problem)
         return _load("json", path)
     if kind == "csv":
         check_data_file(path, json_lines=False)
         options = _delimited_options(path)
-        _check_delimited(Path(path), options)
-        return _load("csv", path, **options)
+        rows = _check_delimited(Path(path), options)
+        if not rows:
+            raise ValueError(f"{path} is empty: a header line and no rows to read.")
+        data = _load("csv", path, **options)
+        if len(data) != rows:  # pandas reads no row at a line of white space, or after a lone "\r"
+            raise ValueError(
+                f"{path} has {rows} rows by CSV's rules but pandas reads {len(data)}: a line of white space "
+                "only, or one ended by a lone carriage return (\\r), loses its row. Remove such lines, or end "
+                "every line with \\n."
+            )
+        return data
     if kind == "parquet":
         _check_parquet(Path(path))
         return _load("parquet", path)
@@ -205,18 +215,22 @@ def _load(kind: str, path: str | Path, **options) -> Dataset:
         raise ValueError(f"{path} cannot be read as {kind} ({reason}). Check the file's format.") from error
 
 
-def _check_delimited(path: Path, options: dict) -> None:
+def _check_delimited(path: Path, options: dict) -> int:
     """A comma- or tab-separated file, parsed with the options ``datasets`` will read it with: every row has
     as many fields as the header line, and a quoted field is closed. The first row that is not is one error
-    naming its line, the counts and the likely cause (an unquoted comma, a stray tab)."""
+    naming its line, the counts and the likely cause (an unquoted comma, a stray tab). Returns the number of
+    rows (blank lines are none)."""
     delimiter = options.get("delimiter", ",")
     quoting = options.get("quoting", csv.QUOTE_MINIMAL)
     opener = gzip.open if _is_gzip(path) else open
-    with opener(path, "rt", encoding="utf-8", newline="") as handle:
+    # utf-8-sig: a byte-order mark is no part of the header line, as pandas reads it
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle, delimiter=delimiter, quoting=quoting, strict=True)
+        rows = 0
         try:
             header = next(reader, None)
             for row in reader:
+                rows += bool(row)
                 if row and len(row) != len(header):
                     name = "tab" if delimiter == "\t" else "comma"
                     hint = (
@@ -232,6 +246,7 @@ def _check_delimited(path: Path, options: dict) -> None:
             raise ValueError(
                 f"{path} line {reader.line_num}: {error} (a quoted field left open? close its quote)."
             ) from None
+    return rows
 
 
 def _check_parquet(path: Path) -> None:

@@ -187,7 +187,10 @@ def _pair_problem(row: dict, languages: tuple[str, str], columns=(None, None), l
         return f"{what} {wrong[0]!r} is {pair[wrong[0]]!r}, not text"
     layout = "a 'translation' object" if pair is not row else f"columns {keys[0]!r} and {keys[1]!r}"
     if layouts is not None and layouts.setdefault("first", layout) != layout:
-        return f"the row has {layout} where the rows before it have {layouts['first']}: write every row in one layout"
+        return (
+            f"the row has {layout} where the rows before it have {layouts['first']}: write every row in "
+            "one layout"
+        )
     return None
 
 
@@ -232,15 +235,17 @@ def _select_languages(
 def _refuse_non_text(pairs: Dataset, where: str, names: tuple[str, str]) -> Dataset:
     """``pairs`` if every source and target is text; else an error naming the first row that is not (a
     parquet file's or a Hub data set's null or number), not a ``TypeError`` in the tokenizer later."""
-    for column, name in zip(("source", "target"), names, strict=True):
-        values = pairs.data.column(column)
-        if not values.null_count and (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
-            continue
-        row, value = next((row, value) for row, value in enumerate(pairs[column]) if not isinstance(value, str))
-        raise ValueError(
-            f"{where}: row {row}: {name!r} is {value!r}, not text; every pair needs both sentences: fill it "
-            "in or drop the row."
-        )
+    columns = [pairs.data.column(column) for column in ("source", "target")]
+    is_text = (pa.types.is_string, pa.types.is_large_string)
+    if all(not column.null_count and any(test(column.type) for test in is_text) for column in columns):
+        return pairs
+    for row, pair in enumerate(zip(pairs["source"], pairs["target"], strict=True)):
+        for name, value in zip(names, pair, strict=True):
+            if not isinstance(value, str):
+                raise ValueError(
+                    f"{where}: row {row}: {name!r} is {value!r}, not text; every pair needs both sentences: "
+                    "fill it in or drop the row."
+                )
     return pairs
 
 
