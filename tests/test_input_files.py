@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 from conftest import CORPUS
+from test_input_checks import refused
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.data.files import read_lines
@@ -26,15 +27,6 @@ TINY = [
     "--set=model.num_encoder_layers=1",
     "--set=model.num_decoder_layers=1",
 ]
-
-
-def refused(argv: list[str]) -> str:
-    """The one line the command exits with (``SystemExit`` with a message: status 1)."""
-    with pytest.raises(SystemExit) as exit_:
-        main(argv)
-    message = str(exit_.value.code)
-    assert message.startswith("error: ") and "\n" not in message, message
-    return message
 
 
 def snapshot(folder) -> dict:

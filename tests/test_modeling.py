@@ -419,8 +419,8 @@ def test_resize_token_embeddings_keeps_the_paper_ties(tmp_path):
 
 
 def test_token_ids_outside_the_vocabulary_are_named_by_the_opt_in_check():
-    """The forward checks ids only when asked (``check_inputs``; the entry points check where ids enter:
-    tests/test_host_reads.py)."""
+    """The forward names ids outside the vocabulary on the CPU and, on an accelerator, when asked
+    (``check_inputs``; the entry points check where ids enter: tests/test_host_reads.py)."""
     model = seq2seq()
     model.check_inputs = True
     with pytest.raises(

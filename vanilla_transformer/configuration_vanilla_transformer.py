@@ -321,8 +321,8 @@ def validate_long_text(
 def check_token_ids(ids, vocab_size: int, where: str = "", ignore_index: int | None = None) -> None:
     """Refuse token ids outside ``[0, vocab_size)``, naming the first bad extreme, where ids enter: the
     pipelines, ``translate()`` (``translate`` and ``evaluate``), the training runs' tokenized data, and the
-    model's opt-in ``check_inputs``. The model's forward does not check: on an accelerator each read of a
-    tensor's value is a device-to-host synchronisation.
+    model's forward on the CPU (free there) or under its opt-in ``check_inputs``. On an accelerator the
+    forward does not check unless asked: each read of a tensor's value is a device-to-host synchronisation.
 
     ``ids``: a tensor (call this before the batch moves to an accelerator), or a list of ids or of lists
     of ids (a tokenizer's batch). ``where`` names the input in the error; ``ignore_index`` (the labels'
