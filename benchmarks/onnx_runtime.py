@@ -59,7 +59,7 @@ def check_seq2seq(model, tokenizer, folder, texts: list[str], repeats: int, new_
 
         def onnx_generate(encoded=encoded):
             ids, mask = encoded["input_ids"].numpy(), encoded["attention_mask"].numpy()
-            return runner.generate(ids, mask, max_new_tokens=new_tokens)
+            return runner.generate(ids, mask, max_new_tokens=new_tokens, num_beams=1)
 
         with torch.inference_mode():
             expected = torch_generate().numpy()

@@ -291,7 +291,7 @@ class OursOnnx:
     def generate(self, source, num_beams: int, new_tokens: int) -> torch.Tensor:
         mask = torch.ones_like(source).numpy()
         tokens = self.engine.generate(
-            source.numpy(), mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens
+            source.numpy(), mask, max_new_tokens=new_tokens, min_new_tokens=new_tokens, num_beams=num_beams
         )
         return torch.from_numpy(tokens[:, 1:])
 

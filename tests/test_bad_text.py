@@ -25,7 +25,6 @@ import vanilla_transformer  # noqa: F401  (registers the "vanilla-translation" p
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, long_inputs
 from vanilla_transformer.cli import main
 from vanilla_transformer.inference import translate
-from vanilla_transformer.translation_pipeline import logger as pipeline_logger
 
 
 def _translate_stdin(folder, data: bytes, monkeypatch, *options: str) -> None:
@@ -185,10 +184,10 @@ def test_an_over_long_line_is_truncated_with_a_warning_that_names_the_limit(tmp_
         for parameter in model.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.5)
     translate = pipeline("vanilla-translation", model=model, tokenizer=copy.deepcopy(tokenizer))
-    with CaptureLogger(pipeline_logger) as captured:
+    with CaptureLogger(long_inputs.logger) as captured:  # the pipeline follows long_inputs' policy too
         truncated = translate(long_line, num_beams=1, max_new_tokens=2)
-    assert "max_position_embeddings=32" in captured.out
-    with CaptureLogger(pipeline_logger) as captured:
+    assert "to its first 32 tokens, the most this model reads (max_position_embeddings)" in captured.out
+    with CaptureLogger(long_inputs.logger) as captured:
         assert truncated == translate(_prefix(tokenizer, long_line, 32), num_beams=1, max_new_tokens=2)
     assert captured.out == ""  # the prefix fits: nothing cut, nothing said
     assert truncated != translate(_suffix(tokenizer, long_line, 32), num_beams=1, max_new_tokens=2)

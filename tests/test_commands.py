@@ -383,7 +383,7 @@ def test_export_ct2_replaces_an_existing_export_only_with_force(tmp_path, tokeni
             folder, CORPUS[:3], tmp_path / "work", "--engine", "ctranslate2", "--beams", "1", "--force"
         )
 
-    main(["export-ct2", "--model", str(models[0]), "--output", str(output)])
+    main(["export-ct2", "--model", str(models[0]), "--output", str(output), "--no-check"])
     first = translations(output)
     with pytest.raises(SystemExit, match=rf"^error: {re.escape(str(output))} holds an earlier `export-ct2`"):
         main(["export-ct2", "--model", str(models[1]), "--output", str(output)])
@@ -393,7 +393,7 @@ def test_export_ct2_replaces_an_existing_export_only_with_force(tmp_path, tokeni
     with pytest.raises(SystemExit, match=r"holds files `export-ct2` did not write \(notes.txt\)"):
         main(["export-ct2", "--model", str(models[1]), "--output", str(output), "--force"])
     (output / "notes.txt").unlink()
-    main(["export-ct2", "--model", str(models[1]), "--output", str(output), "--force"])
+    main(["export-ct2", "--model", str(models[1]), "--output", str(output), "--force", "--no-check"])
     assert {"model.bin", "tokenizer.json", "generation_config.json"} <= {
         path.name for path in output.iterdir()
     }

@@ -354,8 +354,13 @@ def test_cli_exports_and_translates_with_each_engine(trained_folder, reference, 
             str(tmp_path / "ct2"),
             "--quantization",
             "float32",
+            "--check-file",
+            str(source),
+            "--beams",
+            "1",
         ]
     )
+    assert json.loads((tmp_path / "ct2" / "parity.json").read_text())["identical_share"] == 1.0
     outputs = {}
     for name, extra in {
         "ctranslate2": ["--engine", "ctranslate2", "--model", str(tmp_path / "ct2")],

@@ -37,6 +37,7 @@ RUN = {
     ],
     "serving.md": [
         "vanilla-transformer export-onnx --model runs/multi30k-de-en/model --output onnx/de-en",
+        f'echo "{SENTENCE}" | vanilla-transformer translate --engine onnx --model onnx/de-en',
         "vanilla-transformer export-ct2 --model runs/multi30k-de-en/model --output ct2/de-en --quantization int8",
         f'echo "{SENTENCE}" | vanilla-transformer translate --engine ctranslate2 --model ct2/de-en',
         f'vanilla-transformer attention --model runs/multi30k-de-en/model --text "{SENTENCE}" --output maps/',

@@ -121,6 +121,17 @@ def test_push_command_uploads_everything_in_one_commit(hub, trained_folder):
     assert _translations(pushed) == _translations(trained_folder)
 
 
+def test_a_model_folder_with_a_parity_report_is_pushed_as_a_model(hub, trained_folder, capsys):
+    """``parity --quantize int8 --report MODEL`` leaves a PyTorch report in a model folder: ``push`` still
+    sends it as the model it is (``push_folder``), not as an export; a damaged report is not read."""
+    (trained_folder / "parity.json").write_text('{"engine": "pytorch", "precision": "int8"', encoding="utf-8")
+    main(["push", "--model", str(trained_folder), "--repo-id", "someone/tiny-en-ko"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"Pushed {trained_folder} to ")  # no parity lines
+    names = {path.name for path in hub.folder("someone/tiny-en-ko").iterdir()}
+    assert {"model.safetensors", "modeling_vanilla_transformer.py"} <= names and "eval" not in names
+
+
 def test_push_refuses_an_incomplete_folder_before_sending_anything(hub, trained_folder):
     (trained_folder / "tokenizer.json").unlink()
     (trained_folder / "tokenizer_config.json").unlink()

@@ -10,6 +10,7 @@ import re
 import shutil
 
 import pytest
+import torch
 from conftest import CORPUS, decoder_only_config, encoder_only_config, tiny_config
 from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -323,3 +324,166 @@ def test_the_run_records_its_tokenizers_fingerprint_in_the_config(tokenizer):
     config = build_config({"d_model": 16, "d_ff": 32, "num_heads": 4}, tokenizer=tokenizer)
     assert config.tokenizer_fingerprint == tokenizer_fingerprint(tokenizer)
     assert (config.vocab_size, config.pad_token_id, config.eos_token_id) == (len(tokenizer), 0, 2)
+
+
+def _files(folder) -> dict:
+    """Every file under ``folder`` and its bytes: what a refused command must leave as it found it."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# -- a classifier parent's labels ----------------------------------------------------------------------------
+
+
+def _fine_tune(tmp_path, parent, *settings):
+    """`classify train` from ``parent``: no model block or vocabulary (both the parent's)."""
+    train = _reviews(tmp_path / "train.jsonl.gz", [0, 1] * 6)
+    return [
+        "classify",
+        "train",
+        f"--set=init_from={parent}",
+        f"--set=train_file={train}",
+        "--set=test_file=null",
+        f"--set=output_dir={tmp_path / 'run'}",
+        "--set=max_length=16",
+        "--set=validation_size=2",
+        "--set=max_steps=1",
+        "--set=mixed_precision=no",
+        "--set=report_to=none",
+        *settings,
+    ]
+
+
+@pytest.mark.parametrize(
+    "class_names, first",
+    [("[LABEL_1, LABEL_0]", "label 0 is 'LABEL_1' in this run but 'LABEL_0'"), ("[LABEL_0, LABEL_2]", None)],
+    ids=["in another order", "one renamed"],
+)
+def test_class_names_that_disagree_with_the_parent_classifiers_are_refused(
+    classifier_folder, tmp_path, class_names, first
+):
+    """Its labels are LABEL_0, LABEL_1: the same names in another order, or one of them renamed, would throw
+    its trained head away (before: a warning), or with data numbered its way name every class wrongly."""
+    argv = _fine_tune(tmp_path, classifier_folder, f"--set=class_names={class_names}")
+    before = _files(tmp_path)
+    message = refused(argv)
+    first = first or "label 1 is 'LABEL_2' in this run but 'LABEL_1'"
+    assert message == (
+        f"error: `class_names`: {first} in {classifier_folder} (its labels: LABEL_0, LABEL_1), whose "
+        "classifier head the run would start from. Set `class_names: [LABEL_0, LABEL_1]` and number the "
+        "data's labels that way; or, to train other classes, give them names the model does not use (the "
+        "head then starts anew)."
+    )
+    assert _files(tmp_path) == before and not (tmp_path / "run").exists()
+
+
+def test_a_parent_whose_label2id_disagrees_with_its_id2label_is_refused(classifier_folder, tmp_path):
+    parent = _copy(classifier_folder, tmp_path, "parent")
+    config = json.loads((parent / "config.json").read_text(encoding="utf-8"))
+    config["id2label"], config["label2id"] = {"0": "LABEL_0", "1": "LABEL_1"}, {"LABEL_0": 1, "LABEL_1": 0}
+    (parent / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    argv = _fine_tune(tmp_path, parent)
+    before = _files(tmp_path)
+    assert refused(argv) == (
+        f"error: {parent}/config.json: label2id gives 'LABEL_0' id 1, but id2label names id 1 'LABEL_1': "
+        "correct one of the two in its config.json (id2label is what the model's predictions are named by)."
+    )
+    assert _files(tmp_path) == before
+
+
+# -- lengths against the positions the model will have ----------------------------------------------------------
+
+
+LEARNED = ["--set=model.position_encoding=learned"]
+
+
+def _learned_parent(folder, tokenizer, model_class, config):
+    model_class(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _lengths_case(case, tmp_path, tokenizer) -> tuple[list[str], str]:
+    """The command of ``case`` and the line after "error: " that it must print."""
+    from vanilla_transformer import VanillaTransformerForSequenceClassification
+
+    run = f"--set=output_dir={tmp_path / 'run'}"
+    reviews = f"--set=train_file={_reviews(tmp_path / 'train.jsonl.gz', [0, 1] * 6)}"
+    scratch = (
+        "`model.max_position_embeddings` is {p} learned positions, but `{name}` is {n}: the model could not "
+        "read a longer sequence. Set model.max_position_embeddings to at least {n} (or leave it out: the run "
+        "sizes it), or {name} to at most {p}."
+    )
+    parent = (
+        "`init_from`: {folder} has {p} learned positions (max_position_embeddings), but `{name}` is {n}: the "
+        "model cannot read a longer sequence. Set {name} to at most {p}, or start from a model with more "
+        "positions."
+    )
+    if case == "translation, the recipe's table, the source":
+        positions = ["--set=model.max_position_embeddings=32", "--set=max_source_length=100"]
+        argv = ["train", *TINY_DATA, *TINY_MODEL, *LEARNED, *positions, run]
+        return argv, scratch.format(p=32, name="max_source_length", n=100)
+    if case == "translation, the recipe's table, the target":
+        positions = ["--set=model.max_position_embeddings=32", "--set=max_source_length=32"]
+        argv = ["train", *TINY_DATA, *TINY_MODEL, *LEARNED, *positions, run]
+        return argv, scratch.format(p=32, name="max_target_length", n=128)  # its default
+    if case == "translation, init_from a model of 32 learned positions":
+        config = tiny_config(position_encoding="learned", max_position_embeddings=32)
+        folder = _learned_parent(
+            tmp_path / "parent", tokenizer, VanillaTransformerForConditionalGeneration, config
+        )
+        argv = ["train", *TINY_SPLITS, f"--set=init_from={folder}", "--set=max_source_length=32", run]
+        return argv, parent.format(folder=folder, p=32, name="max_target_length", n=128)
+    if case == "classification, the recipe's table":
+        table = "--set=model.max_position_embeddings=8"
+        argv = _classify("train", tmp_path, reviews, "--set=test_file=null", *LEARNED, table)
+        return argv, scratch.format(p=8, name="max_length", n=16)
+    if case == "classification, init_from a classifier of 12 learned positions":
+        config = encoder_only_config(num_labels=2, position_encoding="learned", max_position_embeddings=12)
+        folder = _learned_parent(
+            tmp_path / "parent", tokenizer, VanillaTransformerForSequenceClassification, config
+        )
+        argv = _fine_tune(tmp_path, folder)  # max_length=16
+        return argv, parent.format(folder=folder, p=12, name="max_length", n=16)
+    if case == "masked-LM pre-training, pack_length":
+        packed = ["--set=pack_length=32", "--set=model.max_position_embeddings=16"]
+        argv = _classify("pretrain", tmp_path, reviews, "--set=test_file=null", *LEARNED, *packed)
+        return argv, scratch.format(p=16, name="pack_length", n=32)
+    assert case == "causal LM, pack_length"
+    model = ["--set=model.d_model=16", "--set=model.d_ff=32", "--set=model.num_decoder_layers=1"]
+    settings = [reviews, "--set=test_file=null", "--set=vocab_size=300", *model, *LEARNED]
+    settings += ["--set=model.max_position_embeddings=16", "--set=pack_length=32", run]
+    return ["train", "--set=task=causal-lm", *settings], scratch.format(p=16, name="pack_length", n=32)
+
+
+LENGTHS_CASES = [
+    "translation, the recipe's table, the source",
+    "translation, the recipe's table, the target",
+    "translation, init_from a model of 32 learned positions",
+    "classification, the recipe's table",
+    "classification, init_from a classifier of 12 learned positions",
+    "masked-LM pre-training, pack_length",
+    "causal LM, pack_length",
+]
+
+
+@pytest.mark.parametrize("case", LENGTHS_CASES)
+def test_a_length_past_the_learned_positions_is_refused_before_the_run(case, tmp_path, tokenizer):
+    """Every training task, each way its lengths can pass the learned table the model will have (the
+    recipe's, or its parent's): refused before the run folder is touched, not mid-training when a long
+    enough example comes along (the forward's error, the run recorded as interrupted)."""
+    argv, said = _lengths_case(case, tmp_path, tokenizer)
+    before = _files(tmp_path)
+    assert refused(argv) == f"error: {said}"
+    assert _files(tmp_path) == before and not (tmp_path / "run").exists()
+
+
+def test_sinusoidal_positions_past_max_position_embeddings_are_not_refused():
+    """§3.5's sinusoids are computed for any position (no table): a length past max_position_embeddings is
+    read as the model computes it, so the run goes on (``common/positions.py``)."""
+    from vanilla_transformer.train.common.positions import check_lengths
+
+    check_lengths({"max_source_length": 100}, {"max_position_embeddings": 32})
+    check_lengths({"max_length": 100}, {}, "parent", encoder_only_config(max_position_embeddings=32))
+    model = VanillaTransformerForConditionalGeneration(tiny_config(max_position_embeddings=8)).eval()
+    ids = torch.randint(3, 99, (1, 20))
+    assert model(input_ids=ids, decoder_input_ids=ids).logits.shape == (1, 20, 99)

@@ -241,3 +241,184 @@ def test_a_misspelt_setting_names_the_closest_not_every_setting(tmp_path):
         == "error: Unknown setting(s) in --set: warmup_step (did you mean warmup_steps or max_steps?)."
     )
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("separators", [("\u2028", "\u0085")], ids=["U+2028 and U+0085"])
+def test_train_reads_as_many_pairs_as_lines_with_separators_inside(tmp_path, capsys, separators):
+    """The `train` command, not only the reader: parallel .de/.en files of 10 lines, a U+2028 inside line 4
+    of one and a U+0085 inside line 7 of the other, train on 10 pairs (they were read as 11 and 12, every
+    pair after the first separator misaligned)."""
+    source = [f"ein mann fährt rad nummer {i}" for i in range(10)]
+    target = [f"a man rides a bike number {i}" for i in range(10)]
+    source[3] = f"erster teil{separators[0]}zweiter teil"
+    target[6] = f"first part{separators[1]}second part"
+    data = tmp_path / "data"
+    data.mkdir()
+    for lang, lines in (("de", source), ("en", target)):
+        (data / f"train.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8", newline="")
+    before = snapshot(data)
+    main(
+        [
+            "train",
+            *TINY[:1],
+            "--set=max_steps=1",
+            *TINY[2:],
+            "--set=dataset=text",
+            f"--set=train_file={data / 'train'}",
+            "--set=source_lang=de",
+            "--set=target_lang=en",
+            f"--set=output_dir={tmp_path / 'run'}",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert "; 10 training pairs in " in out, out
+    assert json.loads(out.splitlines()[-1])["updates"] == 1
+    assert snapshot(data) == before
+
+
+# -- weak messages made one line that says what to do ---------------------------------------------------------
+
+
+def _labelled(path, labels) -> str:
+    """A JSON Lines file of labelled texts, ``labels`` written as given (JSON's numbers, strings, booleans)."""
+    rows = [{"text": f"{CORPUS[i % len(CORPUS)]} {i}", "label": label} for i, label in enumerate(labels)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def _labelled_csv(path, labels: list[str]) -> str:
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerows([["text", "label"], *[[f"{CORPUS[i % 4]} {i}", x] for i, x in enumerate(labels)]])
+    return path
+
+
+def _empty_parquet(path, columns):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({name: pa.array([], pa.string()) for name in columns}), path)
+    return path
+
+
+def _blank_first_line(path):
+    rows = "".join(f"{CORPUS[i % 4]} {i},satz {i}\n" for i in range(8))
+    path.write_text("\nen,de\n" + rows, encoding="utf-8")
+    return path
+
+
+GOOD = [0, 1] * 5  # ten good labels: the bad one is the 11th row (line 11 of a JSON Lines file)
+WEAK_MESSAGES = {  # id -> (task, how the file is made, its format, --set extras, the line after "error: {file}")
+    "a zero-row parquet file (classification)": (
+        "classify",
+        lambda path: _empty_parquet(path.with_suffix(".parquet"), ["text", "label"]),
+        "parquet",
+        [],
+        " is empty: its columns (text, label) hold no rows. Write the rows into it, or name another file.",
+    ),
+    "a zero-row parquet file (translation)": (
+        "train",
+        lambda path: _empty_parquet(path.with_suffix(".parquet"), ["en", "de"]),
+        "parquet",
+        [],
+        " is empty: its columns (en, de) hold no rows. Write the rows into it, or name another file.",
+    ),
+    "a CSV file whose first line is blank": (
+        "train",
+        lambda path: _blank_first_line(path.with_suffix(".csv")),
+        "csv",
+        [],
+        " line 1 is blank: a CSV file's first line names its columns (e.g. text,label or en,de). Delete the "
+        "blank line(s) above the header, or write one.",
+    ),
+    "a CSV label of 20 digits": (
+        "classify",
+        lambda path: _labelled_csv(
+            path.with_suffix(".csv"), [str(x) for x in GOOD] + ["12345678901234567890"]
+        ),
+        "csv",
+        [],
+        ": row 10: 'label' is 12345678901234567890, 20 digits: no class id is that large. Labels are the "
+        "class ids 0, 1, ..., one per class: renumber the classes from 0.",
+    ),
+    "a JSON label of 21 digits": (  # a TypeError traceback from the label count before
+        "classify",
+        lambda path: _labelled(path, [*GOOD, 10**20]),
+        "json",
+        [],
+        " line 11: 'label' is 100000000000000000000, 21 digits: no class id is that large. Labels are the "
+        "class ids 0, 1, ..., one per class: renumber the classes from 0",
+    ),
+    "a JSON label 1.0": (
+        "classify",
+        lambda path: _labelled(path, [*GOOD, 1.0]),
+        "json",
+        [],
+        " line 11: 'label' is 1.0: write class ids as whole numbers (1, not 1.0)",
+    ),
+    "a JSON label 0.5": (
+        "classify",
+        lambda path: _labelled(path, [*GOOD, 0.5]),
+        "json",
+        [],
+        " line 11: 'label' is 0.5, not a class id: labels are the class ids 0, 1, ... (a score or a "
+        "probability is none: turn the scores into classes first, and name them with `class_names`)",
+    ),
+    "a CSV label 1.0": (
+        "classify",
+        lambda path: _labelled_csv(path.with_suffix(".csv"), [str(x) for x in GOOD] + ["1.0"]),
+        "csv",
+        [],
+        ": row 10: 'label' is 1.0: write class ids as whole numbers (1, not 1.0).",
+    ),
+    "a JSON label written as text": (
+        "classify",
+        lambda path: _labelled(path, [*GOOD, "1"]),
+        "json",
+        [],
+        " line 11: 'label' is '1', a number written as text: write it without quotes (1)",
+    ),
+    "a JSON label true": (
+        "classify",
+        lambda path: _labelled(path, [*GOOD, True]),
+        "json",
+        [],
+        " line 11: 'label' is true: write class ids as integers (1, not true)",
+    ),
+    "a negative label": (
+        "classify",
+        lambda path: _labelled(path, [*GOOD, -1]),
+        "json",
+        [],
+        " line 11: 'label' is -1; labels are the class ids 0, 1, ...: drop the rows that have no class (-1 "
+        "often marks them; pre-training reads such texts through `unlabelled_files`), or renumber the "
+        "classes from 0",
+    ),
+    "class_names shorter than the labels": (
+        "classify",
+        lambda path: _labelled(path, [0, 1, 2] * 4),
+        "json",
+        ["--set=class_names=[NEGATIVE, POSITIVE]"],
+        " line 3: 'label' is 2, outside `class_names` (2 names: labels 0 to 1): name every class in "
+        "`class_names`, or correct the label",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(WEAK_MESSAGES))
+def test_a_weak_message_is_one_line_that_says_what_to_do(tmp_path, case):
+    command, make, dataset, extra, said = WEAK_MESSAGES[case]
+    data = make(tmp_path / "train.jsonl")
+    before = snapshot(tmp_path)
+    settings = [
+        f"--set=dataset={dataset}",
+        f"--set=train_file={data}",
+        f"--set=output_dir={tmp_path / 'run'}",
+    ]
+    if command == "classify":  # the encoder alone: no decoder layers to set
+        settings = ["train", *settings, "--set=test_file=null", "--set=validation_size=2", *extra, *TINY[:-1]]
+    else:
+        settings += TINY
+    message = refused([command, *settings])
+    assert message == f"error: {data}{said}"
+    assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import CORPUS, tiny_config, with_short_translations
+from conftest import CORPUS, encoder_only_config, tiny_config, with_short_translations
 from PIL import Image
 from transformers.testing_utils import CaptureLogger
 
@@ -97,7 +97,7 @@ def test_ctranslate2_engine_cuts_line_100_and_says_so_once(model_folder, tmp_pat
     """It used to refuse the file ("Sentence 35 has 157 tokens", the line's index in its chunk) and write
     nothing."""
     pytest.importorskip("ctranslate2", reason='pip install "vanilla-transformer[ctranslate2]"')
-    main(["export-ct2", "--model", str(model_folder), "--output", str(tmp_path / "ct2")])
+    main(["export-ct2", "--model", str(model_folder), "--output", str(tmp_path / "ct2"), "--no-check"])
     out, stderr = _translate_in_its_own_process(str(tmp_path / "ct2"), tmp_path, "--engine", "ctranslate2")
     assert len(out) == len(LINES) and out[99] != ""
     _assert_one_warning_naming_line_100(stderr)
@@ -164,3 +164,86 @@ def test_the_demo_page_translates_a_long_text_cut_and_says_so(model_folder, toke
     assert translation != "" and len(found["tokens"]["source"]) == 64 and all(pictures)
     message, translation, found, *pictures = respond(CORPUS[0], 1, 0.6, 0, 1, 1)
     assert message == "" and translation != ""
+
+
+# -- a learned position table shorter than what a call would read ---------------------------------------------
+
+
+def _files(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _learned(folder, tokenizer, model_class, config):
+    """An untrained model of 16 learned positions (the test tokenizer records 64), saved with its tokenizer."""
+    torch.manual_seed(0)
+    model_class(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+SIXTEEN = dict(position_encoding="learned", max_position_embeddings=16)
+
+
+def test_translate_on_a_learned_table_shorter_than_the_length_bound_gives_output(tokenizer, tmp_path):
+    """§6.1's bound, the source's length + 50, passed a table of 16 learned positions: `translate` ended in
+    "error: Sequence needs position 16, but learned position embeddings hold only ..." for a 4-token line.
+    generate() now stops where the decoder's table ends; sinusoids keep the bound."""
+    folder = _learned(
+        tmp_path / "model", tokenizer, VanillaTransformerForConditionalGeneration, tiny_config(**SIXTEEN)
+    )
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_text("a wonderful film\n", encoding="utf-8")
+    before = _files(folder)
+    main(
+        ["translate", "--model", str(folder), "--input", str(source), "--output", str(output), "--beams", "1"]
+    )
+    (line,) = output.read_text(encoding="utf-8").splitlines()
+    assert line != "" and _files(folder) == before
+
+    inputs = tokenizer(["a wonderful film"], return_tensors="pt")  # 4 tokens
+    never_ends = dict(num_beams=1, suppress_tokens=[tokenizer.eos_token_id])  # runs to the bound
+    learned = VanillaTransformerForConditionalGeneration.from_pretrained(folder).eval()
+    assert learned.generate(**inputs, **never_ends).shape[-1] == 1 + 16  # the start token, 16 read back
+    sinusoidal = VanillaTransformerForConditionalGeneration(tiny_config(max_position_embeddings=16)).eval()
+    assert sinusoidal.generate(**inputs, **never_ends).shape[-1] == 1 + 4 + 50
+
+
+@pytest.mark.parametrize(
+    "task, options", [("vanilla-translation", {}), ("translation", {"trust_remote_code": True})]
+)
+def test_the_translation_pipeline_cuts_a_long_text_and_says_so(tokenizer, tmp_path, caplog, task, options):
+    """The pipeline on a saved folder (in-process, and as the folder's remote code where the package is
+    not imported) follows long_inputs' policy: a text longer than the model reads is cut to its 16 learned
+    positions, with one warning, and translated; it ended in the decoder's error before."""
+    from transformers import pipeline
+
+    folder = tmp_path / f"learned-{tmp_path.name}"  # one name each in transformers' modules cache
+    _learned(folder, tokenizer, VanillaTransformerForConditionalGeneration, tiny_config(**SIXTEEN))
+    before = _files(folder)
+    translate = pipeline(task, model=str(folder), **options)
+    length = len(tokenizer(LONG_LINE, verbose=False)["input_ids"])
+    with caplog.at_level("WARNING"):
+        (result,) = translate(LONG_LINE, num_beams=1)
+    assert result["translation_text"] != ""
+    assert [record.getMessage() for record in caplog.records if "Cut " in record.getMessage()] == [
+        f"Cut the text ({length} tokens) to its first 16 tokens, the most this model reads "
+        "(max_position_embeddings): its translation covers only that part. Split long texts into sentences."
+    ]
+    assert _files(folder) == before
+
+
+def test_the_classification_pipeline_reads_a_long_text_as_the_model_was_trained_to(tokenizer, tmp_path):
+    """A classifier of 16 learned positions and a 157-token text: read as its config says (its head and
+    tail, 16 tokens with </s>), a label and no error, as the folder's pipeline."""
+    from transformers import pipeline
+
+    from vanilla_transformer import VanillaTransformerForSequenceClassification
+
+    folder = tmp_path / f"learned-classifier-{tmp_path.name}"
+    config = encoder_only_config(num_labels=2, **SIXTEEN)
+    _learned(folder, tokenizer, VanillaTransformerForSequenceClassification, config)
+    before = _files(folder)
+    classify = pipeline("text-classification", model=str(folder), trust_remote_code=True)
+    (result,) = classify([LONG_LINE])
+    assert result["label"] in ("LABEL_0", "LABEL_1") and 0.5 <= result["score"] <= 1
+    assert _files(folder) == before

@@ -37,7 +37,9 @@ def test_classifier_onnx_matches_pytorch_for_any_batch_and_length(tmp_path):
 
 
 def seq2seq_with_varied_outputs() -> VanillaTransformerForConditionalGeneration:
-    """Untrained tiny weights repeat one token; larger random weights make every step differ."""
+    """Untrained tiny weights repeat one token; larger random weights make every step differ. Seeded here:
+    a module's fixture is built before the per-test seed, after whichever tests ran first."""
+    torch.manual_seed(0)
     model = VanillaTransformerForConditionalGeneration(tiny_config()).eval()
     with torch.no_grad():
         for parameter in model.parameters():
@@ -71,14 +73,82 @@ def test_onnx_greedy_loop_reproduces_generate(exported_seq2seq):
     ) > 1
 
     assert [path.name for path in files] == list(SEQ2SEQ_FILES)
-    tokens = OnnxSeq2Seq(folder).generate(ids.numpy(), mask.numpy(), max_new_tokens=12)
+    tokens = OnnxSeq2Seq(folder).generate(ids.numpy(), mask.numpy(), max_new_tokens=12, num_beams=1)
     np.testing.assert_array_equal(tokens, expected.numpy())
     # min_new_tokens as generate() has it: EOS is refused until then (the benchmark's fixed-length rows).
     at_least = model.generate(
         input_ids=ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=12, min_new_tokens=8
     )
-    tokens = OnnxSeq2Seq(folder).generate(ids.numpy(), mask.numpy(), max_new_tokens=12, min_new_tokens=8)
+    tokens = OnnxSeq2Seq(folder).generate(
+        ids.numpy(), mask.numpy(), max_new_tokens=12, min_new_tokens=8, num_beams=1
+    )
     np.testing.assert_array_equal(tokens, at_least.numpy())
+
+
+def _up_to_eos(tokens, eos: int) -> list[list[int]]:
+    """Each row's generated tokens through its first EOS: what a translation is made of (generate() fills a
+    shorter beam hypothesis with EOS or padding, as transformers chooses)."""
+    rows = []
+    for row in np.asarray(tokens)[:, 1:].tolist():
+        rows.append(row[: row.index(eos) + 1] if eos in row else row)
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("num_beams", "length_penalty", "early_stopping", "max_new_tokens"),
+    [(4, 1.0, True, 12), (4, 0.6, False, 12), (3, 2.0, "never", 15), (5, -0.5, False, 10)],
+)
+def test_onnx_beam_search_reproduces_generate(
+    exported_seq2seq, num_beams, length_penalty, early_stopping, max_new_tokens
+):
+    """Beam search over the three graphs gives generate()'s hypotheses and lengths, for §6.1's beam 4 and the
+    settings that change when a beam is finished (length penalty of either sign, each early_stopping)."""
+    model, folder, _ = exported_seq2seq
+    runner = OnnxSeq2Seq(folder)
+    lengths = set()
+    for seed in range(3):
+        ids, mask = padded_batch(5, 7 + seed, seed=seed)
+        settings = {
+            "num_beams": num_beams,
+            "length_penalty": length_penalty,
+            "early_stopping": early_stopping,
+        }
+        expected = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=False, **settings
+        )
+        tokens = runner.generate(ids.numpy(), mask.numpy(), max_new_tokens=max_new_tokens, **settings)
+        eos = model.config.eos_token_id
+        assert _up_to_eos(tokens, eos) == _up_to_eos(expected, eos)
+        assert tokens.shape == tuple(expected.shape)
+        lengths |= {len(row) for row in _up_to_eos(expected, eos)}
+    if length_penalty == 1.0:  # here some hypotheses end early and others run to the bound (the others
+        assert len(lengths) > 1  # settings make this model end every one at its first step)
+
+
+def test_onnx_engine_translates_as_the_pytorch_engine(translation_model, tmp_path):
+    """`translate --engine onnx` on an export of the shared run decodes with its saved beam search and gives
+    the PyTorch engine's lines."""
+    source = tmp_path / "in.txt"
+    source.write_text("a small dog runs\n\nthe red house is big\nwe see two cats\n", encoding="utf-8")
+    main(["export-onnx", "--model", str(translation_model), "--output", str(tmp_path / "onnx"), "--no-check"])
+    outputs = {}
+    for engine, folder in (("pytorch", translation_model), ("onnx", tmp_path / "onnx")):
+        output = tmp_path / f"{engine}.txt"
+        main(
+            [
+                "translate",
+                "--engine",
+                engine,
+                "--model",
+                str(folder),
+                "--input",
+                str(source),
+                "--output",
+                str(output),
+            ]
+        )
+        outputs[engine] = output.read_text(encoding="utf-8").splitlines()
+    assert outputs["onnx"] == outputs["pytorch"] and len(outputs["onnx"]) == 4 and outputs["onnx"][1] == ""
 
 
 def test_onnx_decoder_steps_match_pytorch_logits(exported_seq2seq):
@@ -114,7 +184,7 @@ def test_onnx_decoder_steps_match_pytorch_logits(exported_seq2seq):
 
 
 def test_export_command_and_refusals(tmp_path, classifier_folder):
-    main(["export-onnx", "--model", str(classifier_folder), "--output", str(tmp_path / "onnx")])
+    main(["export-onnx", "--model", str(classifier_folder), "--output", str(tmp_path / "onnx"), "--no-check"])
     assert {"model.onnx", "config.json", "tokenizer.json"} <= {p.name for p in (tmp_path / "onnx").iterdir()}
     with pytest.raises(ValueError, match="decoder-only"):
         export_onnx(VanillaTransformerForCausalLM(decoder_only_config()), tmp_path / "causal")

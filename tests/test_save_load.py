@@ -140,6 +140,7 @@ REMOTE_CODE_FILES = (
     "modeling_vanilla_transformer.py",
     "translation_pipeline.py",
     "classification_pipeline.py",
+    "long_inputs.py",  # the translation pipeline's policy for a text longer than the model reads
 )
 
 

@@ -2,14 +2,15 @@
 
 vanilla-transformer train [--recipe FILE.yaml] [--set key=value ...] [--set model.field=value ...]
 vanilla-transformer evaluate --model DIR [--recipe FILE.yaml] [--set key=value ...] [--split test] [--beams N] [--length-penalty A] [--output FILE] [--force] [--device D] [--dtype T]
-vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2] [--quantize int8] [--device D] [--dtype T]
+vanilla-transformer translate --model DIR [--input FILE] [--output FILE] [--force] [--batch-size N] [--beams N] [--length-penalty A] [--engine pytorch|ctranslate2|onnx] [--quantize int8] [--device D] [--dtype T]
 vanilla-transformer average CHECKPOINT [CHECKPOINT ...] [--last N] --output DIR [--force]
 vanilla-transformer ablate [--recipe STUDY.yaml] [--rows A,C] [--minutes-per-row N] [--output DIR] [--print-commands | --collect]
 vanilla-transformer attention --model DIR --text SENTENCE [--target SENTENCE] [--output DIR] [--force] [--device D] [--dtype T]
 vanilla-transformer demo --model DIR_OR_HUB_ID [--port N] [--host H] [--trust-remote-code] [--device D] [--dtype T]
 vanilla-transformer classify {pretrain,train,evaluate} [--recipe FILE.yaml] [--set key=value ...] [--model DIR] [--file FILE] [--split test|validation] [--device D] [--dtype T]
-vanilla-transformer export-onnx --model DIR --output DIR [--force]
-vanilla-transformer export-ct2 --model DIR --output DIR [--quantization TYPE] [--force]
+vanilla-transformer export-onnx --model DIR --output DIR [--force] [--check-file FILE | --recipe FILE.yaml [--split S]] [--check-lines N] [--min-identical P] [--accept-disagreement] [--no-check]
+vanilla-transformer export-ct2 --model DIR --output DIR [--quantization TYPE] [--force] [--check-file FILE | --recipe FILE.yaml] [--max-bleu-drop B]
+vanilla-transformer parity --model DIR (--export DIR | --quantize int8 | --dtype bf16|fp16) [--check-file FILE | --recipe FILE.yaml] [--beams N] [--length-penalty A] [--report DIR]
 vanilla-transformer push --model DIR --repo-id USER/NAME [--private] [--revision BRANCH] [--create-pr] [--message TEXT] [--token TOKEN] [--with-demo]
 
 (``tests/test_cli.py`` holds these lines to the parser: every command and option named here exists.)
@@ -143,7 +144,9 @@ def cmd_translate(options) -> None:
             file_output(options.output, "translate", inputs, options.force)
         )
         source = files.enter_context(open(options.input, "rb")) if options.input else sys.stdin.buffer
-        engine = _ctranslate2_translator if options.engine == "ctranslate2" else _pytorch_translator
+        engine = {"ctranslate2": _ctranslate2_translator, "onnx": _onnx_translator}.get(
+            options.engine, _pytorch_translator
+        )
         translate = engine(options)  # the model loads before the first line is read
         output = files.enter_context(open(staged, "w", encoding="utf-8")) if staged else sys.stdout
         count = 0  # chunks of 16 batches: translate() sorts a chunk's lines by length into its batches
@@ -187,6 +190,21 @@ def _ctranslate2_translator(options):
     return functools.partial(
         CTranslate2Translator(options.model),
         beam_size=options.beams,
+        length_penalty=options.length_penalty,
+        batch_size=options.batch_size,
+    )
+
+
+def _onnx_translator(options):
+    """``lines -> translations`` with an ONNX export (loaded once), decoded as ``generate()`` decodes (beam
+    search included); it cuts a line longer than the model reads as ``translate()`` does."""
+    import functools
+
+    from .onnx_export import OnnxTranslator
+
+    return functools.partial(
+        OnnxTranslator(options.model),
+        num_beams=options.beams,
         length_penalty=options.length_penalty,
         batch_size=options.batch_size,
     )
@@ -282,18 +300,34 @@ def cmd_export_onnx(options) -> None:
 
     from .loading import load_saved_model
     from .onnx_export import export_onnx
-    from .outputs import folder_output
+    from .outputs import check_folder_output, folder_output
+    from .parity import Candidate
 
+    check_folder_output(options.output, "export-onnx", [options.model], options.force)
+    sample = _parity_sample(options)  # the sample is read (or refused) before any work
     with folder_output(options.output, "export-onnx", [options.model], options.force) as staging:
         model = load_saved_model(options.model)
         tokenizer = AutoTokenizer.from_pretrained(options.model) if _has_tokenizer(options.model) else None
         names = [path.name for path in export_onnx(model, staging, tokenizer)]
+        report = _check_export(options, sample, Candidate("onnx", "float32", staging), staging)
     for name in names:
         print(f"Wrote {Path(options.output) / name}")
+    _print_parity(report, options.output)
 
 
 def cmd_export_ct2(options) -> None:
-    from .ctranslate2_export import export_ctranslate2
+    from .ctranslate2_export import check_translation_folder, export_ctranslate2
+    from .outputs import check_folder_output
+    from .parity import Candidate
+
+    check_folder_output(options.output, "export-ct2", [options.model], options.force)
+    check_translation_folder(Path(options.model))  # a classifier is named as one, before a sample is sought
+    sample = _parity_sample(options)  # the sample is read (or refused) before any work
+    precision = {"bf16": "bfloat16"}.get(options.quantization, options.quantization)
+    reports = []
+
+    def check(staging: Path) -> None:  # on the complete export, before it is renamed into place
+        reports.append(_check_export(options, sample, Candidate("ctranslate2", precision, staging), staging))
 
     path = export_ctranslate2(
         options.model,
@@ -301,8 +335,135 @@ def cmd_export_ct2(options) -> None:
         quantization=options.quantization,
         force=options.force,
         reduce_range=not options.full_int8_range,
+        check=check,
     )
     print(f"Wrote {path} (translate with: vanilla-transformer translate --engine ctranslate2 --model {path})")
+    _print_parity(reports[0], path)
+
+
+def cmd_parity(options) -> None:
+    """The parity report of an export folder, or of the PyTorch model served in int8 / bf16 / fp16, against
+    the model (``parity.py``); the two lines, and the report where ``--report`` names a folder (an export's
+    own folder by default)."""
+    from .parity import write_report
+
+    candidate = _parity_candidate(options)
+    sample = _parity_sample(options)
+    report = _measure(options, sample, candidate)
+    folder = options.report or (options.export if options.export else None)
+    where = None
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        where = write_report(report, folder)
+    _print_parity(report, where.parent if where else None)
+    _bounds(options, report)
+
+
+def _model_kind(model_dir) -> str:
+    """``translation``, ``classification`` or another kind (the class name) of a saved folder, loaded whole so
+    that a damaged folder is named before a sample is looked for (``loading.load_saved_model``)."""
+    from .loading import load_saved_model
+
+    name = type(load_saved_model(model_dir)).__name__
+    if name.endswith("ConditionalGeneration"):
+        return "translation"
+    return "classification" if name.endswith("SequenceClassification") else name
+
+
+def _parity_sample(options):
+    """The sample an export is checked on (``parity.translation_sample`` / ``classification_sample``), or
+    None with ``--no-check`` or for a model whose outputs the check does not compare (a masked LM)."""
+    from .parity import classification_sample, translation_sample
+
+    if getattr(options, "no_check", False):
+        return None
+    kind = options.model_kind = _model_kind(options.model)
+    overrides = parse_overrides(options.set)
+    if kind == "translation":
+        config = json.loads((Path(options.model) / "config.json").read_text(encoding="utf-8"))
+        return translation_sample(
+            options.check_file,
+            options.recipe,
+            options.split,
+            config.get("source_lang"),
+            config.get("target_lang"),
+            overrides,
+            options.check_lines,
+            options.model,
+        )
+    if kind == "classification":
+        return classification_sample(
+            options.check_file, options.recipe, options.split, overrides, options.check_lines
+        )
+    return None
+
+
+def _measure(options, sample, candidate) -> dict:
+    from .parity import check_classification, check_translation
+
+    kind = getattr(options, "model_kind", None) or _model_kind(options.model)
+    if kind == "translation":
+        return check_translation(
+            options.model, candidate, sample, num_beams=options.beams, length_penalty=options.length_penalty
+        )
+    return check_classification(options.model, candidate, sample)
+
+
+def _bounds(options, report: dict) -> None:
+    from .parity import check_bounds
+
+    check_bounds(
+        report,
+        min_identical=options.min_identical,
+        max_bleu_drop=options.max_bleu_drop,
+        accept=options.accept_disagreement,
+    )
+
+
+def _check_export(options, sample, candidate, staging: Path) -> dict | None:
+    """Measure the export in ``staging`` against the model (nothing without a sample), refuse it past the
+    bounds (``parity.check_bounds``: the export is then never published), and write the report and the
+    export's card into it."""
+    from .model_card import write_export_card
+    from .parity import ParityError, lines, write_report
+
+    report = None
+    if sample is not None:
+        report = _measure(options, sample, candidate)
+        try:
+            _bounds(options, report)
+        except ParityError:  # the figures, then the one line that refuses the export
+            print("\n".join(lines(report)))
+            raise
+        write_report(report, staging)
+    write_export_card(staging, options.model, candidate.engine, candidate.precision, report)
+    return report
+
+
+def _print_parity(report: dict | None, folder) -> None:
+    from .parity import REPORT_FILE, TABLE_FILE, lines
+
+    if report is None:
+        print("Parity: not measured (--no-check, or a model whose outputs the check does not compare).")
+        return
+    for line in lines(report, f"{Path(folder) / REPORT_FILE} and {TABLE_FILE}" if folder else None):
+        print(line)
+
+
+def _parity_candidate(options):
+    from .loading import CTRANSLATE2_FILE
+    from .parity import Candidate, read_report
+
+    if options.export:
+        folder = Path(options.export)
+        engine = "ctranslate2" if (folder / CTRANSLATE2_FILE).is_file() else "onnx"
+        if engine == "onnx" and not any(folder.glob("*.onnx")):
+            raise FileNotFoundError(f"--export: {folder} is neither a CTranslate2 nor an ONNX export.")
+        earlier = read_report(folder) or {}
+        return Candidate(engine, earlier.get("precision", "float32"), folder)
+    if options.quantize:
+        return Candidate("pytorch", "int8", quantize="int8")
+    return Candidate("pytorch", options.dtype, dtype=options.dtype)
 
 
 def _has_tokenizer(folder: str) -> bool:
@@ -310,20 +471,48 @@ def _has_tokenizer(folder: str) -> bool:
 
 
 def cmd_push(options) -> None:
-    from .hub import ensure_model_card, missing_files, push_folder
+    """A model folder (``hub.push_folder``) or a CTranslate2 / ONNX export (``hub.push_export``, after its
+    two parity lines); either without its card gets one written first, where what it needs is known."""
+    from .hub import (
+        check_export,
+        ensure_export_card,
+        ensure_model_card,
+        export_engine,
+        missing_export_files,
+        missing_files,
+        push_export,
+        push_folder,
+        read_export_report,
+    )
+    from .parity import REPORT_FILE, lines
 
-    if missing_files(options.model) == ["README.md"]:  # e.g. an averaged checkpoint: write its card
-        print(f"Wrote {ensure_model_card(options.model)} (no results recorded with these weights)")
-    commit = push_folder(
-        options.model,
-        options.repo_id,
+    commit_options = dict(
         private=options.private or None,
         token=options.token,
         revision=options.revision,
         create_pr=options.create_pr,
         commit_message=options.message,
-        with_demo=options.with_demo,
     )
+    engine = export_engine(options.model)
+    if engine is None:
+        if missing_files(options.model) == ["README.md"]:  # e.g. an averaged checkpoint: write its card
+            print(f"Wrote {ensure_model_card(options.model)} (no results recorded with these weights)")
+        commit = push_folder(options.model, options.repo_id, with_demo=options.with_demo, **commit_options)
+    else:
+        if options.with_demo:
+            raise ValueError(
+                f"--with-demo: {options.model} is an export; the demo page serves a model folder."
+            )
+        report = read_export_report(options.model)
+        if report is not None and missing_export_files(options.model, engine, report) == ["README.md"]:
+            print(f"Wrote {ensure_export_card(options.model, report)} (from its {REPORT_FILE})")
+        check_export(options.model)  # an incomplete export is refused before its figures are shown
+        unmeasured = (
+            f"{options.model} carries no parity report ({REPORT_FILE}): how faithfully it reproduces its "
+            "model was not measured."
+        )
+        print("\n".join(lines(report) if report else [unmeasured]))
+        commit = push_export(options.model, options.repo_id, **commit_options)
     print(f"Pushed {options.model} to {commit.commit_url}")
 
 
@@ -491,9 +680,9 @@ def add_translate_command(commands) -> None:
     )
     translate.add_argument(
         "--engine",
-        choices=["pytorch", "ctranslate2"],
+        choices=["pytorch", "ctranslate2", "onnx"],
         default="pytorch",
-        help="ctranslate2: --model is a folder written by `export-ct2`.",
+        help="ctranslate2: --model is a folder written by `export-ct2`; onnx: by `export-onnx`.",
     )
     translate.add_argument(
         "--quantize",
@@ -594,15 +783,72 @@ def add_classify_command(commands) -> None:
     classify.set_defaults(func=cmd_classify)
 
 
+def _add_check_options(parser, export: bool = True) -> None:
+    """The parity check's options (``parity.py``, docs/serving.md): the sample, the decoding, the bounds."""
+    group = parser.add_argument_group("parity check against the PyTorch model (docs/serving.md)")
+    group.add_argument(
+        "--check-file",
+        help="The sample: one sentence (or text) a line, or a JSON Lines / CSV / TSV / parquet data file whose "
+        "references or labels are scored too.",
+    )
+    group.add_argument(
+        "--recipe", help="The sample: this recipe's --split (a shipped recipe's name, or a file)."
+    )
+    group.add_argument(
+        "--split", choices=["validation", "test"], default="test", help="The recipe's split (default: test)."
+    )
+    group.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="The recipe's data settings, as train's.",
+    )
+    group.add_argument("--check-lines", type=positive_int, help="Check on the sample's first N lines only.")
+    group.add_argument("--beams", type=positive_int, help="Beam size of both sides (default: the model's).")
+    group.add_argument(
+        "--length-penalty", type=finite_float, help="Length penalty of both sides (default: the model's)."
+    )
+    group.add_argument(
+        "--min-identical",
+        type=share,
+        help="Fail under this share of identical outputs (default: 0.99 for float32, none for other types).",
+    )
+    group.add_argument(
+        "--max-bleu-drop", type=finite_float, help="Fail when BLEU drops by more than this (default: none)."
+    )
+    group.add_argument(
+        "--accept-disagreement",
+        action="store_true",
+        help="Keep a float32 candidate that agrees on less than 99%% of the sample (the report says so).",
+    )
+    if export:
+        group.add_argument(
+            "--no-check",
+            action="store_true",
+            help="Export without measuring (the card says it was not checked).",
+        )
+
+
+def share(text: str) -> float:
+    """A share: a number in [0, 1] (0.99), or a percentage (99%)."""
+    value = finite_float(text.removesuffix("%"))
+    value = value / 100 if text.endswith("%") else value
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a share in [0, 1] or a percentage, got {text!r}")
+    return value
+
+
 def add_export_onnx_command(commands) -> None:
     export = commands.add_parser(
         "export-onnx",
         help="Export a model folder to ONNX: model.onnx (encoder-only) or the encoder / first decoder "
-        "step / decoder-with-past graphs (encoder-decoder).",
+        "step / decoder-with-past graphs (encoder-decoder), checked against the model (parity.json).",
     )
     export.add_argument("--model", required=True, help="A saved model folder.")
     export.add_argument("--output", required=True, help="Folder for the graphs, config and tokenizer.")
     export.add_argument("--force", action="store_true", help=FORCE_FOLDER)
+    _add_check_options(export)
     export.set_defaults(func=cmd_export_onnx)
 
 
@@ -610,7 +856,7 @@ def add_export_ct2_command(commands) -> None:
     export_ct2 = commands.add_parser(
         "export-ct2",
         help="Convert a translation model folder to CTranslate2 (the engine Marian/OPUS-MT models are served "
-        "with), with its tokenizer and generation defaults.",
+        "with), with its tokenizer and generation defaults, checked against the model (parity.json).",
     )
     export_ct2.add_argument("--model", required=True, help="A saved translation model folder.")
     export_ct2.add_argument("--output", required=True, help="Folder for the CTranslate2 model.")
@@ -628,16 +874,40 @@ def add_export_ct2_command(commands) -> None:
         "whose int8 products saturate on 8-bit weights.",
     )
     export_ct2.add_argument("--force", action="store_true", help=FORCE_FOLDER)
+    _add_check_options(export_ct2)
     export_ct2.set_defaults(func=cmd_export_ct2)
+
+
+def add_parity_command(commands) -> None:
+    parity = commands.add_parser(
+        "parity",
+        help="Measure how an export, or the model served in int8 / bf16 / fp16, agrees with the PyTorch "
+        "float32 model: identical outputs, BLEU, speed.",
+    )
+    parity.add_argument("--model", required=True, help="The saved model folder (the reference).")
+    against = parity.add_mutually_exclusive_group(required=True)
+    against.add_argument("--export", help="An export-ct2 or export-onnx folder of this model.")
+    against.add_argument("--quantize", choices=["int8"], help="The PyTorch model, int8 dynamic quantisation.")
+    against.add_argument("--dtype", choices=["bf16", "fp16"], help="The PyTorch model in this type.")
+    parity.add_argument(
+        "--report",
+        help="Folder for parity.json and PARITY.md (default: the export's folder; none otherwise).",
+    )
+    _add_check_options(parity, export=False)
+    parity.set_defaults(func=cmd_parity)
 
 
 def add_push_command(commands) -> None:
     push = commands.add_parser(
         "push",
         help="Upload a model folder to the Hub in one commit: weights, tokenizer, remote code, card, "
-        "generation config and pipeline.",
+        "generation config and pipeline; or an export-ct2 / export-onnx folder, with its parity report.",
     )
-    push.add_argument("--model", required=True, help="A saved model folder (a training run's model/).")
+    push.add_argument(
+        "--model",
+        required=True,
+        help="A saved model folder (a training run's model/), or an export-ct2 / export-onnx folder.",
+    )
     push.add_argument("--repo-id", required=True, help="USER/NAME or ORG/NAME on the Hub.")
     push.add_argument("--private", action="store_true", help="Create the repository as private.")
     push.add_argument("--revision", help="Branch to push to (default: main).")
@@ -664,6 +934,7 @@ COMMANDS = (
     add_classify_command,
     add_export_onnx_command,
     add_export_ct2_command,
+    add_parity_command,
     add_push_command,
 )
 

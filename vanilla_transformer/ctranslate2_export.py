@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -90,6 +90,7 @@ def export_ctranslate2(
     quantization: str | None = "float32",
     force: bool = False,
     reduce_range: bool = True,
+    check: Callable[[Path], None] | None = None,
 ) -> Path:
     """Convert a saved translation model folder (weights, config, tokenizer) into a CTranslate2 model.
 
@@ -111,6 +112,9 @@ def export_ctranslate2(
             is one bit of weight precision everywhere, GPUs included (their int8 products do not
             saturate). ``False`` keeps CTranslate2's own 8-bit weights: for a model served only on GPUs or on
             CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX).
+        check: called with the complete export, still in its staging folder, before it is renamed into
+            ``output_dir`` (the ``export-ct2`` command's parity check, ``parity.py``, writes its report there);
+            an exception it raises leaves ``output_dir`` as it was.
 
     Returns:
         ``output_dir``.
@@ -127,12 +131,14 @@ def export_ctranslate2(
     ctranslate2 = _import_ctranslate2()
     model_dir, output_dir = Path(model_dir), Path(output_dir)
     check_folder_output(output_dir, "export-ct2", [model_dir], force)  # before anything is read
-    _check_model_folder(model_dir)
+    check_translation_folder(model_dir)
     if quantization is not None and quantization not in ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES:
         choices = ", ".join(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
         raise ValueError(f"Unknown quantization {quantization!r}; choose one of {choices} (or None).")
     with folder_output(output_dir, "export-ct2", [model_dir], force) as staging:
         _convert(ctranslate2, model_dir, staging, quantization, reduce_range)
+        if check is not None:
+            check(staging)
     return output_dir
 
 
@@ -208,7 +214,7 @@ def _store_int8_weights_in_seven_bits(spec) -> None:
     spec.__class__ = SevenBitSpec
 
 
-def _check_model_folder(model_dir: Path) -> None:
+def check_translation_folder(model_dir: Path) -> None:
     """Fail before loading anything when the folder cannot be a saved translation model with a tokenizer:
     the checks of every command (``loading.check_model_folder``), then the export's own."""
     from .loading import check_model_folder
@@ -227,7 +233,7 @@ def _check_model_folder(model_dir: Path) -> None:
 
 
 def _vocabulary(tokenizer, vocab_size: int) -> list[str]:
-    """The tokenizer's tokens in id order, one per row of the embedding matrix (``_check_model_folder`` has
+    """The tokenizer's tokens in id order, one per row of the embedding matrix (``check_translation_folder`` has
     refused a tokenizer with more tokens than ``vocab_size``)."""
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     # Rows no token maps to (a vocabulary padded to a round size) still need a unique name.
@@ -475,6 +481,7 @@ def _decoding_defaults(folder: Path) -> dict:
 
 __all__ = [
     "export_ctranslate2",
+    "check_translation_folder",
     "translate_ctranslate2",
     "CTranslate2Translator",
     "transformer_spec",

@@ -8,6 +8,10 @@ checks that the folder loads as a model of this package (not another architectur
 damaged weights, a tokenizer that fits the vocabulary) and that nothing is missing, and uploads it with
 one ``HfApi.create_commit``; :func:`push_model` is what ``model.push_to_hub(...)`` runs, so the card that
 goes up is this model's, not transformers' generic one.
+
+An export (``export-ct2``: ``model.bin``; ``export-onnx``: the ONNX graphs) is no PyTorch model:
+:func:`push_export` checks that it is complete (the engine's files, its tokenizer, its card) and uploads
+it in one commit, ``model.bin`` included, with its parity report (``parity.json``, ``PARITY.md``).
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from pathlib import Path
 from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard
 from huggingface_hub.utils import filter_repo_objects
 
-from .loading import load_saved_model
-from .model_card import write_model_card
+from .loading import CTRANSLATE2_FILE, WEIGHTS, WEIGHTS_INDEX, load_saved_model
+from .model_card import EXPORT_COMMANDS, HUB_PLACEHOLDER, export_task, write_export_card, write_model_card
 from .model_tasks import MODEL_TASKS
 from .outputs import MARKER
+from .parity import ENGINES, REPORT_FILE, describe, read_report
 
 # Training by-products that may sit in a model folder and do not belong on the Hub, and the marker a
 # command leaves in the folder it wrote (outputs.MARKER: `average`'s model folder).
@@ -37,6 +42,9 @@ IGNORE_PATTERNS = [
     "*.bin",
     MARKER,
 ]
+# An export's files all go up (CTranslate2's weights are model.bin), all but the marker of the command.
+EXPORT_IGNORE_PATTERNS = [MARKER]
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def missing_files(folder: str | Path) -> list[str]:
@@ -106,6 +114,140 @@ def push_folder(
     )
 
 
+def export_engine(folder: str | Path) -> str | None:
+    """``"ctranslate2"`` or ``"onnx"`` where ``folder`` is an export (its engine's file, else the engine its
+    parity report names); None for anything else (a model folder, even one with a PyTorch parity report)."""
+    from .onnx_export import ENCODER_ONLY_FILE, SEQ2SEQ_FILES
+
+    folder = Path(folder)
+    if (folder / CTRANSLATE2_FILE).is_file():
+        return "ctranslate2"
+    if any((folder / name).is_file() for name in (WEIGHTS, WEIGHTS_INDEX)):
+        return None  # a model folder, whatever else it holds
+    if any((folder / name).is_file() for name in (*SEQ2SEQ_FILES, ENCODER_ONLY_FILE)):
+        return "onnx"
+    engine = (read_export_report(folder) or {}).get("engine")
+    return engine if engine in EXPORT_COMMANDS else None
+
+
+def read_export_report(folder: str | Path) -> dict | None:
+    """The folder's parity report (``parity.json``), None where it has none; one that does not parse is a
+    ``ValueError`` naming the file."""
+    try:
+        report = read_report(folder)
+    except ValueError as error:  # json.JSONDecodeError
+        raise ValueError(f"{Path(folder) / REPORT_FILE} is not a parity report: {error}.") from None
+    if report is not None and not isinstance(report, dict):
+        raise ValueError(f"{Path(folder) / REPORT_FILE} is not a parity report: it holds no JSON object.")
+    return report
+
+
+def missing_export_files(folder: str | Path, engine: str, report: dict | None = None) -> list[str]:
+    """What a complete export lacks: the engine's files (CTranslate2: ``model.bin``, its ``config.json``
+    and vocabulary; ONNX: the three seq2seq graphs of a translation model or the encoder-only
+    ``model.onnx``, and the model's ``config.json``), the tokenizer, the decoding defaults of a translation
+    export (``generation_config.json``, read by ``translate``) and the card."""
+    from .onnx_export import ENCODER_ONLY_FILE, SEQ2SEQ_FILES
+
+    folder = Path(folder)
+    translation = export_task(folder, engine, report) == "translation"
+    if engine == "ctranslate2":
+        required = [CTRANSLATE2_FILE, "config.json"]
+    else:
+        required = [*(SEQ2SEQ_FILES if translation else (ENCODER_ONLY_FILE,)), "config.json"]
+    missing = [name for name in required if not (folder / name).is_file()]
+    vocabularies = ("source_vocabulary.json", "target_vocabulary.json")
+    if engine == "ctranslate2" and not (
+        (folder / "shared_vocabulary.json").is_file()
+        or all((folder / name).is_file() for name in vocabularies)
+    ):
+        missing.append("shared_vocabulary.json")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        missing.append("tokenizer.json")
+    if translation and not (folder / "generation_config.json").is_file():
+        missing.append("generation_config.json")
+    if not (folder / "README.md").is_file():
+        missing.append("README.md")
+    return missing
+
+
+def ensure_export_card(folder: str | Path, report: dict) -> Path:
+    """Keep the export's card if it has one; otherwise write one from its parity report (the model it came
+    from, the engine, the precision, the table: ``model_card.write_export_card``)."""
+    card = Path(folder) / "README.md"
+    if card.is_file():
+        return card
+    lacking = [key for key in ("model", "engine", "precision") if key not in report]
+    if lacking:
+        raise ValueError(
+            f"{Path(folder) / REPORT_FILE} names no {', '.join(lacking)}: the export's card cannot be "
+            "written from it. Export it again."
+        )
+    return write_export_card(folder, report["model"], report["engine"], report["precision"], report)
+
+
+def check_export(folder: str | Path) -> tuple[str, dict | None]:
+    """The engine and the parity report (None where it has none) of a complete export; refuses anything
+    else in one line: a folder that is no export (``ValueError``), or a ``FileNotFoundError`` naming every
+    file the export lacks (:func:`missing_export_files`)."""
+    folder = Path(folder)
+    engine = export_engine(folder)
+    if engine is None:
+        raise ValueError(
+            f"{folder} is not a CTranslate2 or ONNX export (no {CTRANSLATE2_FILE}, no ONNX graph, no "
+            f"{REPORT_FILE} naming an engine); `push` takes a model folder as it is."
+        )
+    report = read_export_report(folder)
+    missing = missing_export_files(folder, engine, report)
+    if missing:
+        raise FileNotFoundError(
+            f"{folder} is not a complete {_describe(engine, report)} export: it lacks {', '.join(missing)}. "
+            f"Copy the folder whole, or export it again (`{EXPORT_COMMANDS[engine][0]}` writes all of it, "
+            "its card included)."
+        )
+    return engine, report
+
+
+def _describe(engine: str, report: dict | None) -> str:
+    """``CTranslate2 int8`` where the report says the precision, else ``CTranslate2``."""
+    return describe(report) if report else ENGINES[engine]
+
+
+def push_export(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    revision: str | None = None,
+    create_pr: bool = False,
+    commit_message: str | None = None,
+) -> CommitInfo:
+    """Create ``repo_id`` if needed and upload the CTranslate2 or ONNX export ``folder`` in one commit;
+    returns the commit.
+
+    Before anything is sent the export must be complete (:func:`check_export`) and its card must parse.
+    Every file goes up, ``model.bin`` and the parity report included, but the marker of the command that
+    wrote the folder (``outputs.MARKER``). The card's download command names ``repo_id`` (in the uploaded
+    card; the folder's own is left as it is)."""
+    folder = Path(folder)
+    engine, report = check_export(folder)
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    text = text.replace(f"hf download {HUB_PLACEHOLDER} ", f"hf download {repo_id} ")
+    ModelCard(text)  # a card that does not parse must not reach the Hub
+    return _commit(
+        folder,
+        repo_id,
+        commit_message=commit_message or f"Upload {_describe(engine, report)} export",
+        private=private,
+        token=token,
+        revision=revision,
+        create_pr=create_pr,
+        extra={"README.md": text.encode("utf-8")},
+        ignore_patterns=EXPORT_IGNORE_PATTERNS,
+    )
+
+
 # What a Space imports to run the demo page as app.py without the package; their versions are the ones
 # the package declares (pyproject.toml, read back from the installed metadata).
 SPACE_PACKAGES = ("torch", "transformers", "tokenizers", "safetensors", "matplotlib", "gradio")
@@ -145,14 +287,24 @@ def space_files() -> dict[str, bytes]:
     return files | {"requirements.txt": ("\n".join(space_requirements()) + "\n").encode()}
 
 
-def _commit(folder: str | Path, repo_id: str, *, private, token, extra=None, **commit) -> CommitInfo:
-    """Create the repository if needed, then send the folder as one ``HfApi.create_commit`` (as
-    transformers' own ``push_to_hub`` does; ``upload_folder`` may split a folder into several commits)."""
+def _commit(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    private,
+    token,
+    extra=None,
+    ignore_patterns: list[str] = IGNORE_PATTERNS,
+    **commit,
+) -> CommitInfo:
+    """Create the repository if needed, then send the folder (but what ``ignore_patterns`` match, and with
+    ``extra``'s {name: bytes} in place of the folder's files of those names) as one ``HfApi.create_commit``
+    (as transformers' own ``push_to_hub`` does; ``upload_folder`` may split a folder into several commits)."""
     folder = Path(folder)
     files = sorted(path.relative_to(folder).as_posix() for path in folder.rglob("*") if path.is_file())
     operations = [
         CommitOperationAdd(path_or_fileobj=folder / name, path_in_repo=name)
-        for name in filter_repo_objects(files, ignore_patterns=IGNORE_PATTERNS)
+        for name in filter_repo_objects(files, ignore_patterns=ignore_patterns)
         if name not in (extra or {})  # a folder's own app.py gives way to the one sent with it
     ]
     operations += [
@@ -231,4 +383,16 @@ def push_model(
         )
 
 
-__all__ = ["push_folder", "push_model", "missing_files", "ensure_model_card", "space_files"]
+__all__ = [
+    "push_folder",
+    "push_export",
+    "push_model",
+    "missing_files",
+    "missing_export_files",
+    "export_engine",
+    "check_export",
+    "read_export_report",
+    "ensure_model_card",
+    "ensure_export_card",
+    "space_files",
+]

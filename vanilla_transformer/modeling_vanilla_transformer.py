@@ -1124,7 +1124,9 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         """``GenerationMixin.generate`` with §6.1's length bound: unless ``max_new_tokens`` or
         ``max_length`` is given (as an argument or in the generation config), the output may be as long
         as the longest source sentence of the batch + ``generation_config.max_new_tokens_over_source``
-        (50 by default)."""
+        (50 by default), and with learned positions no longer than the decoder reads: at most
+        ``max_position_embeddings`` new tokens (the last one is never read back), so that a long source
+        gives a translation cut at that length, not an error. A bound given explicitly is the caller's."""
         config = generation_config if generation_config is not None else self.generation_config
         # A generation config without the setting (one built by the user) keeps §6.1's bound, not max_length 20.
         offset = getattr(config, "max_new_tokens_over_source", MAX_NEW_TOKENS_OVER_SOURCE)
@@ -1141,6 +1143,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             mask = kwargs.get("attention_mask")
             length = int(mask.sum(-1).max()) if mask is not None else source.shape[-1]
             kwargs["max_new_tokens"] = length + offset
+            if self.config.position_encoding == "learned":  # what the decoder's table reads
+                kwargs["max_new_tokens"] = min(kwargs["max_new_tokens"], self.config.max_position_embeddings)
         return super().generate(inputs, generation_config=generation_config, **kwargs)
 
     @can_return_tuple

@@ -18,6 +18,7 @@ continue with padding), so its tokens can be compared with ``generate()``'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,10 @@ import torch
 from torch import nn
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from .modeling_vanilla_transformer import CACHE_FIELD
+from .configuration_vanilla_transformer import check_token_ids
+from .inference import ONE_LINE
+from .long_inputs import CutLines, encode_within, reading_limit, report_cut
+from .modeling_vanilla_transformer import CACHE_FIELD, MAX_NEW_TOKENS_OVER_SOURCE, UNSET_MAX_LENGTH
 
 ENCODER_ONLY_FILE = "model.onnx"
 SEQ2SEQ_FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
@@ -233,10 +237,23 @@ def _export_seq2seq(model, folder: Path, ids, mask, batch, source) -> list[Path]
 
 
 class OnnxSeq2Seq:
-    """Greedy decoding with the three exported graphs in onnxruntime (numpy in, numpy out)."""
+    """``generate()`` over the three exported graphs in onnxruntime (numpy in, numpy out): greedy decoding,
+    or beam search with the model's saved settings (§6.1: beam 4, the length penalty, the length bound).
+
+    The beam search is transformers' own (``GenerationMixin._beam_search``, transformers 5), written again in
+    numpy step for step, so that its tokens are ``generate()``'s: at each step the ``2 * num_beams`` best
+    continuations over all beams of a row by summed log-probability; those ending in ``</s>`` (or reaching the
+    length bound) among the first ``num_beams`` become finished hypotheses scored by log-probability /
+    length**``length_penalty`` (the length counting ``</s>`` and not the start token); the best ``num_beams``
+    unfinished ones continue, the decoder's keys/values reordered to follow them. A row stops when
+    ``early_stopping`` is set and it holds ``num_beams`` finished hypotheses, or (otherwise) when the best
+    running beam cannot beat the worst finished one (transformers' heuristic). Why not ONNX Runtime's contrib
+    ``BeamSearch`` operator: docs/serving.md.
+    """
 
     def __init__(self, folder: str | Path, providers: list[str] | None = None):
         import onnxruntime
+        from transformers import GenerationConfig
 
         from .configuration_vanilla_transformer import VanillaTransformerConfig
 
@@ -249,17 +266,48 @@ class OnnxSeq2Seq:
             onnxruntime.InferenceSession(str(folder / name), providers=providers) for name in SEQ2SEQ_FILES
         )
         self.config = VanillaTransformerConfig.from_pretrained(folder)  # the package's class: no folder code
+        saved = (folder / "generation_config.json").is_file()
+        self.generation_config = GenerationConfig.from_pretrained(folder) if saved else None
+
+    def _setting(self, name: str, value, default):
+        if value is not None:
+            return value
+        saved = getattr(self.generation_config, name, None) if self.generation_config is not None else None
+        return default if saved is None else saved
+
+    def max_new_tokens(self, attention_mask: np.ndarray) -> int:
+        """``generate()``'s default bound: the saved ``max_new_tokens`` (or ``max_length`` - 1) where set, else
+        the longest source of the batch + ``max_new_tokens_over_source`` (§6.1's 50)."""
+        config = self.generation_config
+        if config is not None and config.max_new_tokens is not None:
+            return config.max_new_tokens
+        if config is not None and config.max_length not in (None, UNSET_MAX_LENGTH):
+            return config.max_length - 1
+        over = getattr(config, "max_new_tokens_over_source", None) if config is not None else None
+        return int(attention_mask.sum(-1).max()) + (MAX_NEW_TOKENS_OVER_SOURCE if over is None else over)
 
     def generate(
-        self, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int, min_new_tokens: int = 0
+        self,
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        max_new_tokens: int | None = None,
+        min_new_tokens: int = 0,
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
     ) -> np.ndarray:
-        """Greedy tokens (B, 1 + up to max_new_tokens), starting with the decoder start token; rows that
-        produced EOS continue with padding, and decoding stops once every row has. As ``generate()``'s
-        ``min_new_tokens``, EOS cannot be chosen before ``min_new_tokens`` tokens."""
+        """Tokens (B, 1 + up to ``max_new_tokens``) starting with the decoder start token, as ``generate()``
+        returns them. Unset arguments take the exported generation config's values (§6.1's where it has
+        none). Greedy (``num_beams=1``): rows that produced EOS continue with padding, and decoding stops once
+        every row has; EOS cannot be chosen before ``min_new_tokens`` tokens. Beam search: the best
+        hypothesis of each row, shorter ones padded."""
         input_ids, attention_mask = input_ids.astype(np.int64), attention_mask.astype(np.int64)
+        if max_new_tokens is None:
+            max_new_tokens = self.max_new_tokens(attention_mask)
+        num_beams = self._setting("num_beams", num_beams, 1)
         (encoded,) = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
         tokens = np.full((input_ids.shape[0], 1), self.config.decoder_start_token_id, dtype=np.int64)
-        logits, keys, values, cross_keys, cross_values = self.first.run(
+        first = self.first.run(
             None,
             {
                 "decoder_input_ids": tokens,
@@ -267,7 +315,35 @@ class OnnxSeq2Seq:
                 "encoder_attention_mask": attention_mask,
             },
         )
-        finished = np.zeros(input_ids.shape[0], dtype=bool)
+        if num_beams == 1:
+            return self._greedy(tokens, attention_mask, first, max_new_tokens, min_new_tokens)
+        return self._beam_search(
+            tokens,
+            attention_mask,
+            first,
+            max_new_tokens,
+            min_new_tokens,
+            num_beams,
+            self._setting("length_penalty", length_penalty, 1.0),
+            self._setting("early_stopping", early_stopping, False),
+        )
+
+    def _step(self, tokens, attention_mask, keys, values, cross_keys, cross_values):
+        return self.later.run(
+            None,
+            {
+                "decoder_input_ids": tokens,
+                "encoder_attention_mask": attention_mask,
+                "past_keys": keys,
+                "past_values": values,
+                "cross_keys": cross_keys,
+                "cross_values": cross_values,
+            },
+        )
+
+    def _greedy(self, tokens, attention_mask, first, max_new_tokens: int, min_new_tokens: int) -> np.ndarray:
+        logits, keys, values, cross_keys, cross_values = first
+        finished = np.zeros(tokens.shape[0], dtype=bool)
         eos, pad = self.config.eos_token_id, self.config.pad_token_id
         for step in range(max_new_tokens):
             if step < min_new_tokens:
@@ -277,18 +353,166 @@ class OnnxSeq2Seq:
             finished |= next_tokens == eos
             if finished.all() or tokens.shape[1] > max_new_tokens:
                 break
-            logits, keys, values = self.later.run(
-                None,
-                {
-                    "decoder_input_ids": next_tokens[:, None],
-                    "encoder_attention_mask": attention_mask,
-                    "past_keys": keys,
-                    "past_values": values,
-                    "cross_keys": cross_keys,
-                    "cross_values": cross_values,
-                },
+            logits, keys, values = self._step(
+                next_tokens[:, None], attention_mask, keys, values, cross_keys, cross_values
             )
         return tokens
 
+    def _beam_search(
+        self,
+        start,
+        attention_mask,
+        first,
+        max_new_tokens: int,
+        min_new_tokens: int,
+        num_beams: int,
+        length_penalty: float,
+        early_stopping: bool | str,
+    ) -> np.ndarray:
+        """transformers' ``_beam_search`` (see the class docstring), one row of ``num_beams`` per input."""
+        logits, keys, values, cross_keys, cross_values = first
+        batch, beams, eos = start.shape[0], num_beams, self.config.eos_token_id
+        max_length = 1 + max_new_tokens  # the start token counts, as generate()'s max_length does
+        keep = 2 * beams  # continuations kept per row: enough that `beams` stay unfinished
+        rows = np.arange(batch)[:, None]
+        # Every beam starts as the first: the same logits and keys/values, repeated along the batch.
+        logits = np.repeat(logits, beams, axis=0)
+        keys, values = np.repeat(keys, beams, axis=1), np.repeat(values, beams, axis=1)
+        cross_keys, cross_values = (
+            np.repeat(cross_keys, beams, axis=1),
+            np.repeat(cross_values, beams, axis=1),
+        )
+        mask = np.repeat(attention_mask, beams, axis=0)
+        running = np.full((batch, beams, max_length), self.config.pad_token_id, dtype=np.int64)
+        running[:, :, 0] = start
+        running_scores = np.zeros((batch, beams), dtype=np.float32)
+        running_scores[:, 1:] = -1e9  # only the first beam's continuations count at the first step
+        finished = running.copy()
+        finished_scores = np.full((batch, beams), -1e9, dtype=np.float32)
+        finished_lengths = np.zeros((batch, beams), dtype=np.int64)
+        is_finished = np.zeros((batch, beams), dtype=bool)
+        improvable = np.ones((batch, 1), dtype=bool)
+        top_beams = np.arange(keep) < beams  # only the first `beams` of the kept may finish
+        length = 1
+        while True:
+            log_probs = _log_softmax(logits.astype(np.float32))
+            if length - 1 < min_new_tokens:
+                log_probs[:, eos] = -np.inf
+            vocab = log_probs.shape[-1]
+            scores = (log_probs.reshape(batch, beams, vocab) + running_scores[:, :, None]).reshape(batch, -1)
+            candidates = _top_k(scores, keep)
+            candidate_scores = np.take_along_axis(scores, candidates, axis=1)
+            origin, token = candidates // vocab, candidates % vocab
+            sequences = running[rows, origin]  # (batch, keep, max_length), a copy
+            sequences[:, :, length] = token
+            ends = (token == eos) | (length + 1 >= max_length)
 
-__all__ = ["export_onnx", "OnnxSeq2Seq", "ENCODER_ONLY_FILE", "SEQ2SEQ_FILES"]
+            # The best `beams` continuations that did not end run on.
+            going = candidate_scores + ends.astype(np.float32) * -1e9
+            chosen = _top_k(going, beams)
+            running = sequences[rows, chosen]
+            running_scores = np.take_along_axis(going, chosen, axis=1)
+            running_origin = np.take_along_axis(origin, chosen, axis=1)
+
+            # Those that ended join the finished hypotheses, scored with the length penalty.
+            just_finished = ends & top_beams[None, :]
+            normalised = candidate_scores / np.float32(length**length_penalty)
+            if early_stopping is True:
+                normalised = normalised + is_finished.all(axis=1, keepdims=True) * np.float32(-1e9)
+            normalised = normalised + (~improvable) * np.float32(-1e9) + (~just_finished) * np.float32(-1e9)
+            merged_scores = np.concatenate([finished_scores, normalised], axis=1)
+            best = _top_k(merged_scores, beams)
+            finished = np.concatenate([finished, sequences], axis=1)[rows, best]
+            finished_scores = np.take_along_axis(merged_scores, best, axis=1)
+            finished_lengths = np.take_along_axis(
+                np.concatenate([finished_lengths, np.full((batch, keep), length + 1)], axis=1), best, axis=1
+            )
+            is_finished = np.take_along_axis(
+                np.concatenate([is_finished, just_finished], axis=1), best, axis=1
+            )
+
+            length += 1
+            if early_stopping == "never" and length_penalty > 0.0:
+                hopeful_length = max_length - 1
+            else:
+                hopeful_length = length - 1
+            best_running = running_scores[:, :1] / np.float32(hopeful_length**length_penalty)
+            worst_finished = np.where(
+                is_finished, finished_scores.min(axis=1, keepdims=True), np.float32(-1e9)
+            )
+            improvable &= (best_running > worst_finished).any(axis=1, keepdims=True)
+            open_beams = not (is_finished.all() and early_stopping is True)
+            if not (improvable.any() and open_beams and not ends.all()):
+                break
+            # The keys/values follow the beams they continue.
+            follow = (rows * beams + running_origin).reshape(-1)
+            keys, values = keys[:, follow], values[:, follow]
+            logits, keys, values = self._step(
+                running[:, :, length - 1].reshape(-1, 1), mask, keys, values, cross_keys, cross_values
+            )
+        output = finished[:, 0, : finished_lengths[:, 0].max()]
+        positions = np.arange(output.shape[1])[None, :]
+        return np.where(positions < finished_lengths[:, :1], output, self.config.pad_token_id)
+
+
+class OnnxTranslator:
+    """An exported translation model in onnxruntime, loaded once with its tokenizer: ``lines -> translations``
+    (detokenized, in input order), decoded as ``generate()`` decodes with the saved settings unless
+    ``num_beams`` / ``length_penalty`` say otherwise. The engine of ``translate --engine onnx``.
+
+    A line longer than the model reads is cut to it, as ``inference.translate`` cuts it (``long_inputs``):
+    one warning names the lines cut, the first being line ``first_line``; with ``cut_lines`` they are added
+    to it instead, for the caller's one warning at the input's end. A blank line translates to ``""``."""
+
+    def __init__(self, folder: str | Path, providers: list[str] | None = None):
+        from transformers import AutoTokenizer
+
+        self.runner = OnnxSeq2Seq(folder, providers)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+
+    def __call__(
+        self,
+        sentences: Sequence[str],
+        num_beams: int | None = None,
+        length_penalty: float | None = None,
+        batch_size: int = 32,
+        *,
+        first_line: int = 1,
+        cut_lines: CutLines | None = None,
+    ) -> list[str]:
+        tokenizer, config = self.tokenizer, self.runner.config
+        results = [""] * len(sentences)
+        order = [index for index in range(len(sentences)) if sentences[index].strip()]
+        limit, limit_name = reading_limit(config.max_position_embeddings, tokenizer.model_max_length)
+        ids, cut = encode_within(tokenizer, [sentences[index] for index in order], limit)
+        report_cut(sorted(order[k] for k in cut), first_line, limit, limit_name, cut_lines)
+        by_length = sorted(range(len(order)), key=lambda k: len(ids[k]), reverse=True)
+        for start in range(0, len(by_length), batch_size):
+            chosen = by_length[start : start + batch_size]
+            batch = tokenizer.pad({"input_ids": [ids[k] for k in chosen]}, return_tensors="np")
+            check_token_ids(torch.from_numpy(batch["input_ids"]), config.vocab_size, "input_ids")
+            tokens = self.runner.generate(
+                batch["input_ids"],
+                batch["attention_mask"],
+                num_beams=num_beams,
+                length_penalty=length_penalty,
+            )
+            texts = tokenizer.batch_decode(tokens, skip_special_tokens=True)
+            for k, text in zip(chosen, texts, strict=True):
+                results[order[k]] = text.translate(ONE_LINE).strip()
+        return results
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest scores of each row, largest first (as ``torch.topk``)."""
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(scores, part, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+__all__ = ["export_onnx", "OnnxSeq2Seq", "OnnxTranslator", "ENCODER_ONLY_FILE", "SEQ2SEQ_FILES"]

@@ -12,19 +12,20 @@ importing ``vanilla_transformer`` registers the same class as ``"vanilla-transla
     pipeline("vanilla-translation", model=folder)
 
 Decoding follows the model's generation config (the paper's §6.1: beam 4, length penalty 0.6, at most
-input length + 50 tokens); any ``generate()`` argument overrides it for one call or for all calls.
-This file imports only torch and public transformers API: it travels with the weights.
+input length + 50 tokens); any ``generate()`` argument overrides it for one call or for all calls. A text
+longer than the model reads is cut to it with one warning, as ``translate`` cuts a line (``long_inputs.py``'s
+policy; ``truncation=False`` reads it whole).
+This file imports only torch, public transformers API and its sibling files (the configuration,
+``long_inputs.py``): they travel with the weights.
 """
 
 from __future__ import annotations
 
 import torch
 from transformers import Pipeline
-from transformers.utils import logging
 
 from .configuration_vanilla_transformer import check_token_ids
-
-logger = logging.get_logger(__name__)
+from .long_inputs import encode_within, reading_limit, text_cut_warning, warn
 
 TASK = "translation"
 REGISTERED_TASK = "vanilla-translation"
@@ -78,19 +79,23 @@ class TranslationPipeline(Pipeline):
             raise TypeError(
                 f"The translation pipeline takes a string or a list of strings, got {type(text)}."
             )
-        max_length = getattr(self.model.config, "max_position_embeddings", None)
-        inputs = self.tokenizer(text, truncation=truncation, max_length=max_length, return_tensors="pt")
+        # long_inputs' policy, as `translate` follows it: a text longer than the model reads is cut to it,
+        # with one warning; truncation=False reads it whole (learned positions then refuse it).
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        limit, limit_name = reading_limit(positions, self.tokenizer.model_max_length)
+        if not truncation:
+            limit = None
+        (ids,), cut = encode_within(self.tokenizer, [text], limit)
+        inputs = {
+            "input_ids": torch.tensor([ids]),
+            "attention_mask": torch.ones(1, len(ids), dtype=torch.long),
+        }
         check_token_ids(inputs["input_ids"], self.model.config.vocab_size, "input_ids")  # not in forward
         if not text.strip():
             inputs["empty"] = True  # empty in, empty out: nothing to translate
-        elif truncation and max_length is not None and inputs["input_ids"].shape[-1] >= max_length:
-            length = len(self.tokenizer(text)["input_ids"])
-            if length > max_length:
-                logger.warning(
-                    f"The input has {length} tokens; the model reads at most max_position_embeddings="
-                    f"{max_length}, so it was truncated and its translation covers only the beginning. "
-                    "Split long inputs into sentences."
-                )
+        elif cut:
+            result = "its translation covers only that part. Split long texts into sentences"
+            warn(text_cut_warning(cut[0], limit, limit_name, result))
         return inputs
 
     def _forward(self, model_inputs, **generate_kwargs):

@@ -194,21 +194,60 @@ def _row_problem(row: dict, args: ClassificationData, labelled: bool = True) -> 
         return f"{args.text_column!r} is {text!r}, not text{hint}"
     if labelled and not dropped and not text.strip():
         return f"{args.text_column!r} is empty{hint}"
-    label = row.get(args.label_column)
-    if labelled and (not isinstance(label, int) or isinstance(label, bool)):
+    return _label_problem(row.get(args.label_column), args) if labelled else None
+
+
+# The most digits a label may have: more is no class id (and pyarrow's int64 would overflow past 18).
+LABEL_DIGITS = 18
+
+
+def _label_problem(label, args: ClassificationData) -> str | None:
+    """What is wrong with one label (None: nothing), and what to do: a class id is an integer from 0, and
+    below the number of ``class_names`` where those are given."""
+    column = args.label_column
+    if isinstance(label, str) and re.fullmatch(r"-?([0-9]+\.[0-9]*|\.[0-9]+)", label.strip()):
+        label = float(label)  # a CSV file's "1.0" (every field is text there) is JSON's 1.0
+    if isinstance(label, bool):
+        word = str(label).lower()  # as JSON writes it
+        return f"{column!r} is {word}: write class ids as integers ({int(label)}, not {word})"
+    if isinstance(label, float) and label.is_integer():
+        return f"{column!r} is {label!r}: write class ids as whole numbers ({int(label)}, not {label!r})"
+    if isinstance(label, float):
         return (
-            f"{args.label_column!r} is {label!r}; labels must be integers, the class ids 0, 1, ...: map "
+            f"{column!r} is {label!r}, not a class id: labels are the class ids 0, 1, ... (a score or a "
+            "probability is none: turn the scores into classes first, and name them with `class_names`)"
+        )
+    if isinstance(label, str) and re.fullmatch(r"-?[0-9]+", label.strip()):
+        if len(label.strip().lstrip("-")) > LABEL_DIGITS:
+            return _too_large(label.strip(), column)
+        return f"{column!r} is {label!r}, a number written as text: write it without quotes ({int(label)})"
+    if not isinstance(label, int) or isinstance(label, bool):
+        return (
+            f"{column!r} is {label!r}; labels must be integers, the class ids 0, 1, ...: map "
             "each class to its id and name the classes with `class_names`"
         )
-    if labelled and label < 0:
-        return f"{args.label_column!r} is {label}; labels are class ids 0, 1, ..."
-    names = args.class_names
-    if labelled and names is not None and label >= len(names):
+    if label < 0:
         return (
-            f"{args.label_column!r} is {label}, outside `class_names` ({len(names)} names: labels 0 to "
-            f"{len(names) - 1})"
+            f"{column!r} is {label}; labels are the class ids 0, 1, ...: drop the rows that have no class "
+            "(-1 often marks them; pre-training reads such texts through `unlabelled_files`), or renumber "
+            "the classes from 0"
+        )
+    if len(str(label)) > LABEL_DIGITS:
+        return _too_large(str(label), column)
+    names = args.class_names
+    if names is not None and label >= len(names):
+        return (
+            f"{column!r} is {label}, outside `class_names` ({len(names)} names: labels 0 to "
+            f"{len(names) - 1}): name every class in `class_names`, or correct the label"
         )
     return None
+
+
+def _too_large(label: str, column: str) -> str:
+    return (
+        f"{column!r} is {label}, {len(label)} digits: no class id is that large. Labels are the class ids "
+        "0, 1, ..., one per class: renumber the classes from 0"
+    )
 
 
 def load_labelled(args: ClassificationData, file: str) -> Dataset:
@@ -324,25 +363,33 @@ def label_maps(args: ClassificationData, labels: list[int]) -> tuple[dict[int, s
         )
     count = max(labels) + 1
     if min(labels) < 0:
-        raise ValueError(f"Labels must be 0..num_labels-1, found {min(labels)}.")
+        raise ValueError(
+            f"{args.train_file}: label {min(labels)} (`{args.label_column}`) is no class id: labels are the "
+            "class ids 0, 1, ...: drop the rows that have no class, or renumber the classes from 0."
+        )
     if args.class_names is not None:
         if count > len(args.class_names):
-            raise ValueError(f"Label {count - 1} has no name: `class_names` lists {len(args.class_names)}.")
+            raise ValueError(
+                f"{args.train_file}: label {count - 1} has no name: `class_names` lists "
+                f"{len(args.class_names)}. Name every class in `class_names`, or correct the labels."
+            )
         count = len(args.class_names)
-    unseen = [label for label in range(count) if label not in set(classes)]
+    # Counted, not listed: a label of 10**12 would make a list of every class id below it.
+    unseen = count - len(classes)
     if unseen:
+        first = next(label for label in range(len(classes) + 1) if label not in set(classes))
         shown = ", ".join(map(str, classes[:6])) + (", ..." if len(classes) > 6 else "")
         if args.class_names is not None:
-            named = f"class {unseen[0]} ({args.class_names[unseen[0]]!r} in `class_names`)"
+            named = f"class {first} ({args.class_names[first]!r} in `class_names`)"
         else:
-            named = f"class {unseen[0]}"
+            named = f"class {first}"
         fix = (
             f"renumber them from 0 ({', '.join(f'{old} -> {new}' for new, old in enumerate(classes[:3]))}"
             f"{', ...' if len(classes) > 3 else ''})"
         )
         raise ValueError(
             f"{args.train_file}: the labels (`{args.label_column}`: {shown}) leave {named} without an example, "
-            f"so the model would learn {count} classes and never see {'that one' if len(unseen) == 1 else f'{len(unseen)} of them'}. "
+            f"so the model would learn {count} classes and never see {'that one' if unseen == 1 else f'{unseen} of them'}. "
             f"Labels are class ids counted from 0: {fix}"
             + (", or drop the unused name from `class_names`." if args.class_names is not None else ".")
         )

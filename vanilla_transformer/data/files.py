@@ -229,6 +229,15 @@ def _check_delimited(path: Path, options: dict) -> int:
         rows = 0
         try:
             header = next(reader, None)
+            if header is not None and not any(name.strip() for name in header):
+                blank = len(header) <= 1  # "" or white space; "," names two columns, both empty
+                what = (
+                    "blank" if blank else f"a header line that names no column ({delimiter.join(header)!r})"
+                )
+                raise ValueError(
+                    f"{path} line 1 is {what}: a CSV file's first line names its columns (e.g. text,label or "
+                    "en,de). Delete the blank line(s) above the header, or write one."
+                )
             for row in reader:
                 rows += bool(row)
                 if row and len(row) != len(header):
@@ -250,8 +259,8 @@ def _check_delimited(path: Path, options: dict) -> int:
 
 
 def _check_parquet(path: Path) -> None:
-    """A parquet file exists and has parquet's marks at both ends (``PAR1``): a file of another format, or
-    one cut short, is one error naming it."""
+    """A parquet file exists, has parquet's marks at both ends (``PAR1``) and holds a row: a file of another
+    format, one cut short, or one of no rows is one error naming it."""
     if not path.is_file():
         raise FileNotFoundError(f"No such data file: {path}")
     size = path.stat().st_size
@@ -262,6 +271,17 @@ def _check_parquet(path: Path) -> None:
     if size < 12 or start != b"PAR1" or end != b"PAR1":
         what = "is cut short" if start == b"PAR1" else "is not a parquet file"
         raise ValueError(f"{path} {what} (parquet files begin and end with PAR1). Write it again.")
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.read_metadata(path)  # the footer alone: no row is read
+    except Exception:  # noqa: BLE001 - a damaged footer: datasets' reader names the cause (_load)
+        return
+    if metadata.num_rows == 0:  # pyarrow's own message would be "BatchSize must be greater than 0"
+        columns = ", ".join(metadata.schema.names)
+        raise ValueError(
+            f"{path} is empty: its columns ({columns}) hold no rows. Write the rows into it, or name another file."
+        )
 
 
 def _delimited_options(path: str | Path) -> dict:

@@ -33,6 +33,7 @@ from .classification.data import pretraining_dataset
 from .classification.setup import classification_tokenizer, data_name
 from .classification.task import EncoderTask
 from .common.budget import BudgetedTrainer
+from .common.positions import check_lengths
 from .common.precision_record import describe_precision
 from .common.recipes import SET_BY_RUN, build_config
 
@@ -147,6 +148,7 @@ class CausalLMTask(EncoderTask):
 
     def check(self, args: CausalLMArguments) -> None:
         check_data_paths(args)
+        check_lengths({"pack_length": args.pack_length}, args.model)
 
     def setup(self, args: CausalLMArguments, folder) -> dict:
         texts, held_out = language_model_texts(args)

@@ -25,6 +25,7 @@ from ..common.init_from import (
     parent_config,
     regularisation,
 )
+from ..common.positions import check_lengths
 from ..common.precision_record import describe_precision
 from .arguments import ClassificationArguments
 from .setup import (
@@ -44,9 +45,14 @@ def check_init_from(args: ClassificationArguments) -> None:
     (``loading.check_model_folder``) and must hold a tokenizer; a decoder-only model, which has no encoder,
     is refused; the recipe's model block and ``vocab_size`` must agree with its config
     (``common/init_from.py``). A run that
-    continues from its own checkpoint needs nothing of it."""
+    continues from its own checkpoint needs nothing of it. With or without one, ``max_length`` must fit the
+    model's learned positions (``common/positions.py``)."""
     parent = args.init_from
-    if not parent or continues_from_checkpoint(args.resume, Path(args.output_dir) / "checkpoints" / "train"):
+    lengths = {"max_length": args.max_length}
+    if not parent:
+        check_lengths(lengths, args.model)
+        return
+    if continues_from_checkpoint(args.resume, Path(args.output_dir) / "checkpoints" / "train"):
         return
     config = parent_config(parent)
     if config.is_decoder and not config.is_encoder_decoder:
@@ -55,8 +61,42 @@ def check_init_from(args: ClassificationArguments) -> None:
             "classifier starts from an encoder: a translation model, a pre-trained encoder or a classifier."
         )
     check_recipe_agrees(parent, config, args.model, {"vocab_size": args.vocab_size})
+    check_lengths(lengths, args.model, parent, config)
     # The run's reading of long texts must fit the parent's positions (learned ones are a hard limit).
     VanillaTransformerConfig.from_dict({**config.to_dict(), **args.reading_config()})
+
+
+def check_labels_agree(parent: str, config: VanillaTransformerConfig, id2label: dict[int, str]) -> None:
+    """A classifier parent's labels against the run's (``class_names``, or the names the run gives labels
+    0, 1, ...): the same classes in the same order keep the parent's head; wholly other classes (other
+    names, or another number of them) are a new task, whose head starts anew (``build_classifier`` warns).
+    Between the two, as many classes with a name in common but not every one at the same id (names in
+    another order, one renamed or misspelt), is refused, naming the first label that differs: the run would
+    throw the trained head away, or, with the data numbered the model's way, name every class wrongly. So is
+    a parent whose own ``label2id`` disagrees with its ``id2label``."""
+    theirs = {int(index): name for index, name in config.id2label.items()}
+    wrong = [name for name, index in (config.label2id or {}).items() if theirs.get(int(index)) != name]
+    if wrong:
+        name = wrong[0]
+        raise ValueError(
+            f"{parent}/config.json: label2id gives {name!r} id {config.label2id[name]}, but id2label names id "
+            f"{config.label2id[name]} {theirs.get(int(config.label2id[name]))!r}: correct one of the two in its "
+            "config.json (id2label is what the model's predictions are named by)."
+        )
+    if (
+        theirs == id2label
+        or len(theirs) != len(id2label)
+        or not set(theirs.values()) & set(id2label.values())
+    ):
+        return
+    first = next(index for index in sorted(id2label) if theirs.get(index) != id2label[index])
+    model_order = ", ".join(theirs[index] for index in sorted(theirs))
+    raise ValueError(
+        f"`class_names`: label {first} is {id2label[first]!r} in this run but {theirs.get(first)!r} in "
+        f"{parent} (its labels: {model_order}), whose classifier head the run would start from. Set "
+        f"`class_names: [{model_order}]` and number the data's labels that way; or, to train other classes, "
+        "give them names the model does not use (the head then starts anew)."
+    )
 
 
 def build_classifier(args: ClassificationArguments, tokenizer, extra: dict, checkpoint: Path | None):
@@ -72,6 +112,8 @@ def build_classifier(args: ClassificationArguments, tokenizer, extra: dict, chec
     changes = regularisation(args.model)
     before = VanillaTransformerConfig.from_pretrained(parent)
     classifies = "VanillaTransformerForSequenceClassification" in (before.architectures or [])
+    if classifies:
+        check_labels_agree(parent, before, extra["id2label"])
     model, fresh = load_parent_weights(
         VanillaTransformerForSequenceClassification,
         parent,
@@ -146,4 +188,4 @@ def classifier_card(args, trainer, results: dict, folder: Path, examples: int) -
     )
 
 
-__all__ = ["build_classifier", "check_init_from", "classifier_card", "test_scores"]
+__all__ = ["build_classifier", "check_init_from", "check_labels_agree", "classifier_card", "test_scores"]

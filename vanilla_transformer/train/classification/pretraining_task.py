@@ -17,6 +17,7 @@ from ...data.classification import check_data_paths
 from ...fast_dropout import use_fast_dropout
 from ...modeling_vanilla_transformer import VanillaTransformerForMaskedLM
 from ...recipes import read_recipe
+from ..common.positions import check_lengths
 from .arguments import ClassificationArguments
 from .data import pretraining_dataset, pretraining_texts
 from .electra import ElectraForPreTraining
@@ -46,6 +47,9 @@ class PretrainingTask(EncoderTask):
 
     def check(self, args: ClassificationArguments) -> None:
         check_data_paths(args)
+        # Packed blocks of pack_length tokens, else each text as the classifier reads it (max_length).
+        packed = {"pack_length": args.pack_length} if args.pack_length else {"max_length": args.max_length}
+        check_lengths(packed, args.model)
 
     def setup(self, args: ClassificationArguments, folder) -> dict:
         texts, held_out = pretraining_texts(args, args.seed)

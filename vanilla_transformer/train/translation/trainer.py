@@ -59,6 +59,7 @@ from ..common.init_from import (
     parent_config,
     regularisation,
 )
+from ..common.positions import check_lengths
 from ..common.precision_record import describe_precision
 from ..common.recipes import build_config
 from ..common.run_trainer import RunTrainer
@@ -86,8 +87,12 @@ def checkpoints_folder(args: TranslationTrainingArguments) -> Path:
 def check_init_from(args: TranslationTrainingArguments) -> None:
     """With ``init_from``: the parent is an encoder-decoder model (a ``train`` run's ``model/``) whose config
     the recipe agrees with (its ``model:`` block, ``vocab_size``, languages: ``common/init_from.py``). A run
-    that continues from its own checkpoint needs nothing of the parent."""
+    that continues from its own checkpoint needs nothing of the parent. With or without one,
+    ``max_source_length`` and ``max_target_length`` must fit the model's learned positions
+    (``common/positions.py``)."""
+    lengths = {"max_source_length": args.max_source_length, "max_target_length": args.max_target_length}
     if not args.init_from:
+        check_lengths(lengths, args.model)
         return
     inside = Path(args.init_from).resolve().is_relative_to(Path(args.output_dir).resolve())
     if inside and not is_hub_id(args.init_from):
@@ -106,12 +111,7 @@ def check_init_from(args: TranslationTrainingArguments) -> None:
         )
     languages = {"source_lang": args.source_lang, "target_lang": args.target_lang}
     check_recipe_agrees(args.init_from, parent, args.model, {"vocab_size": args.vocab_size, **languages})
-    longest = max(args.max_source_length, args.max_target_length)
-    if parent.position_encoding == "learned" and longest > parent.max_position_embeddings:
-        raise ValueError(
-            f"`init_from`: {args.init_from} learned {parent.max_position_embeddings} positions; "
-            f"max_source_length / max_target_length ({longest}) may not exceed them."
-        )
+    check_lengths(lengths, args.model, args.init_from, parent)
 
 
 def build_model(args: TranslationTrainingArguments, tokenizer, checkpoint: Path | None):

@@ -1,0 +1,229 @@
+"""Exports that prove themselves (parity.py): `export-ct2`, `export-onnx` and `parity` measure the export, or
+the model served in int8 / bf16, against the PyTorch model on a sample, print two lines, write parity.json and
+PARITY.md beside the export, and refuse a float32 export that disagrees, naming the first differing line,
+before anything is published."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import encoder_only_config
+from test_input_checks import refused
+
+from vanilla_transformer import VanillaTransformerForSequenceClassification
+from vanilla_transformer.cli import main
+from vanilla_transformer.data.synthetic import synthetic_pairs
+
+pytest.importorskip("onnxruntime", reason="the `onnx` extra (onnx, onnxscript, onnxruntime)")
+ctranslate2 = pytest.importorskip(
+    "ctranslate2", reason='the optional CTranslate2 engine: pip install "vanilla-transformer[ctranslate2]"'
+)
+
+# Once, on the newest releases (.ci/run): the engines are not pinned, and the model, generate() and the
+# exports' graphs are checked at both ends of the ranges by test_onnx.py, test_generation.py and
+# test_save_load.py.
+pytestmark = pytest.mark.newest_only
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    """40 held-out English -> German pairs of the shared run's synthetic task: as plain lines and as JSON
+    Lines with references."""
+    folder = tmp_path_factory.mktemp("sample")
+    pairs = synthetic_pairs(40, seed=7)
+    lines = folder / "sentences.txt"
+    lines.write_text("".join(f"{pair['en']}\n" for pair in pairs), encoding="utf-8")
+    data = folder / "pairs.jsonl"
+    data.write_text("".join(json.dumps({"translation": pair}) + "\n" for pair in pairs), encoding="utf-8")
+    return lines, data
+
+
+def _printed(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith(("Parity", "Speed"))]
+
+
+@pytest.mark.parametrize("command", ["export-ct2", "export-onnx"])
+def test_float32_exports_report_parity_with_the_model(command, translation_model, sample, tmp_path, capsys):
+    """A float32 export agrees with generate() at the model's own beam search on every line of the sample,
+    and says so in two lines, parity.json, PARITY.md and its card."""
+    output = tmp_path / "export"
+    main(
+        [command, "--model", str(translation_model), "--output", str(output), "--check-file", str(sample[1])]
+    )
+    first, second = _printed(capsys)
+    engine = "CTranslate2" if command == "export-ct2" else "ONNX Runtime"
+    saved = json.loads((translation_model / "generation_config.json").read_text())
+    assert first.startswith(f"Parity of {engine} float32 with the PyTorch model, beam {saved['num_beams']}")
+    assert "on 40 lines (pairs.jsonl): 40 identical (100.0%)" in first and "BLEU" in first
+    assert second.startswith("Speed on ") and f"{output / 'parity.json'}" in second
+    report = json.loads((output / "parity.json").read_text())
+    assert report["identical"] == 40 and report["first_difference"] is None
+    assert report["decoding"]["num_beams"] == saved["num_beams"]
+    assert report["bleu"]["difference"] == 0
+    assert report["speed"]["model"] > 0 and report["speed"]["candidate"] > 0
+    table = (output / "PARITY.md").read_text()
+    assert "| identical outputs | | 40 of 40 (100.0%) |" in table
+    assert "| identical outputs |" in (output / "README.md").read_text()  # the export's card carries it
+
+
+def _perturb(model) -> None:
+    """What a broken conversion would do: one feed-forward weight of the first decoder layer changed."""
+    with torch.no_grad():
+        weight = model.model.decoder.layers[0].ffn.fc2.weight
+        weight.add_(torch.randn_like(weight) * weight.std() * 3)
+
+
+@pytest.fixture
+def altered_exports(monkeypatch):
+    """Both exporters convert a model whose weights were altered after loading (the reference is not)."""
+    from vanilla_transformer import ctranslate2_export, onnx_export
+
+    original_spec, original_seq2seq = ctranslate2_export.transformer_spec, onnx_export._export_seq2seq
+
+    def altered_spec(model, *args, **kwargs):
+        _perturb(model)
+        return original_spec(model, *args, **kwargs)
+
+    def altered_seq2seq(model, *args, **kwargs):
+        _perturb(model)
+        return original_seq2seq(model, *args, **kwargs)
+
+    monkeypatch.setattr(ctranslate2_export, "transformer_spec", altered_spec)
+    monkeypatch.setattr(onnx_export, "_export_seq2seq", altered_seq2seq)
+
+
+@pytest.mark.parametrize("command", ["export-ct2", "export-onnx"])
+def test_an_altered_float32_export_is_refused_naming_the_first_differing_line(
+    command, altered_exports, translation_model, sample, tmp_path, capsys
+):
+    output = tmp_path / "export"
+    argv = [
+        command,
+        "--model",
+        str(translation_model),
+        "--output",
+        str(output),
+        "--check-file",
+        str(sample[0]),
+    ]
+    message = refused(argv)
+    assert "float32 agrees with the model on" in message and "under the 99% bound" in message
+    lines = sample[0].read_text(encoding="utf-8").splitlines()
+    line = int(message.split("first difference: line ")[1].split()[0])
+    assert repr(lines[line - 1])[:40] in message  # the input named by its line number in the user's file
+    assert "--accept-disagreement" in message
+    assert not output.exists() and not list(tmp_path.glob(".*"))  # nothing published, no staging left
+    assert _printed(capsys)[0].startswith("Parity of")  # the figures came first
+
+    main([*argv, "--accept-disagreement"])  # accepted: written, with the measured disagreement on record
+    report = json.loads((output / "parity.json").read_text())
+    assert report["identical_share"] < 0.99 and report["first_difference"]["line"] == line
+
+
+def test_quantized_export_reports_and_fails_only_past_the_users_bound(
+    altered_exports, translation_model, sample, tmp_path, capsys
+):
+    output = tmp_path / "int8"
+    argv = [
+        "export-ct2",
+        "--model",
+        str(translation_model),
+        "--output",
+        str(output),
+        "--check-file",
+        str(sample[1]),
+    ]
+    main([*argv, "--quantization", "int8"])  # disagreeing, but no bound was set: reported, not refused
+    report = json.loads((output / "parity.json").read_text())
+    assert report["precision"] == "int8" and report["identical_share"] < 0.99
+    assert report["bleu"]["model"] >= 0 and report["token_disagreement"] > 0
+    first, _ = _printed(capsys)
+    assert first.startswith("Parity of CTranslate2 int8") and "where they differ" in first
+    message = refused(
+        [*argv[:4], str(tmp_path / "bounded"), *argv[5:], "--quantization", "int8", "--min-identical", "99%"]
+    )
+    assert "under the 99% bound; first difference: line " in message and "a lower --min-identical" in message
+    assert not (tmp_path / "bounded").exists()
+
+
+def test_a_model_in_its_run_is_checked_on_the_runs_validation_split(
+    translation_model, trained_run, tmp_path, capsys
+):
+    """No sample named: the run the folder is the model/ of records its validation data (read where training
+    read it); a folder outside a run has none, and the export is refused before any work, naming the options."""
+    main(
+        [
+            "export-ct2",
+            "--model",
+            str(translation_model),
+            "--output",
+            str(tmp_path / "ct2"),
+            "--check-lines",
+            "30",
+        ]
+    )
+    first, _ = _printed(capsys)
+    assert f"(validation split of {trained_run.name})" in first and "BLEU" in first
+
+    alone = shutil.copytree(translation_model, tmp_path / "model")
+    message = refused(["export-ct2", "--model", str(alone), "--output", str(tmp_path / "ct2-alone")])
+    assert "--check-file FILE" in message and "--recipe NAME" in message and "--no-check" in message
+    assert not (tmp_path / "ct2-alone").exists()
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n", encoding="utf-8")
+    message = refused(
+        ["export-onnx", "--model", str(alone), "--output", str(tmp_path / "o"), "--check-file", str(empty)]
+    )
+    assert message == f"error: --check-file: {empty} has no line with text to check the export on."
+
+
+def test_serving_paths_report_parity(translation_model, sample, tmp_path, capsys):
+    """`parity --quantize int8` / `--dtype bf16`: the PyTorch model served faster, measured the same way."""
+    main(["parity", "--model", str(translation_model), "--quantize", "int8", "--check-file", str(sample[1])])
+    first, second = _printed(capsys)
+    assert first.startswith("Parity of PyTorch int8 with the PyTorch model") and "BLEU" in first
+    assert "Report" not in second  # nothing written unless --report names a folder
+    report_dir = tmp_path / "bf16"
+    main(
+        [
+            "parity",
+            "--model",
+            str(translation_model),
+            "--dtype",
+            "bf16",
+            "--check-file",
+            str(sample[0]),
+            "--report",
+            str(report_dir),
+        ]
+    )
+    report = json.loads((report_dir / "parity.json").read_text())
+    assert report["engine"] == "pytorch" and report["precision"] == "bf16" and report["bleu"] is None
+    assert 0 <= report["identical_share"] <= 1
+
+
+def test_classifier_onnx_export_reports_identical_labels(tmp_path, tokenizer, capsys):
+    torch.manual_seed(0)
+    model = VanillaTransformerForSequenceClassification(encoder_only_config(num_labels=3)).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("a wonderful film\nthe worst plot\n\nan ordinary day\n", encoding="utf-8")
+    output = tmp_path / "onnx"
+    main(
+        [
+            "export-onnx",
+            "--model",
+            str(tmp_path / "model"),
+            "--output",
+            str(output),
+            "--check-file",
+            str(texts),
+        ]
+    )
+    first, _ = _printed(capsys)
+    assert "on 3 texts (texts.txt): 3 identical (100.0%); largest probability difference" in first
+    report = json.loads((output / "parity.json").read_text())
+    assert report["largest_probability_difference"] < 1e-4 and np.isclose(report["identical_share"], 1.0)
