@@ -158,7 +158,7 @@ def test_the_pages_commands_run_as_written(workspace):
             outputs[line] = done.stdout
 
     translations = [outputs[line] for line in outputs if line.startswith("echo")]
-    assert [len(text.splitlines()) for text in translations] == [1, 1]  # one line in, one line out
+    assert [len(text.splitlines()) for text in translations] == [1, 1, 1]  # one line in, one line out
     _loads_and_translates(run / "averaged")
     checkpoints = sorted((run / "checkpoints").glob("checkpoint-*"), key=lambda path: int(path.name[11:]))
     assert [path.name for path in checkpoints] == [f"checkpoint-{step}" for step in (2, 4, 6, 8, 10)]

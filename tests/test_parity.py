@@ -59,7 +59,7 @@ def test_float32_exports_report_parity_with_the_model(command, translation_model
     assert "on 40 lines (pairs.jsonl): 40 identical (100.0%)" in first and "BLEU" in first
     assert second.startswith("Speed on ") and f"{output / 'parity.json'}" in second
     report = json.loads((output / "parity.json").read_text())
-    assert report["identical"] == 40 and report["first_difference"] is None
+    assert report["identical"] == 40 and report["first_difference"] is None and report["differences"] == []
     assert report["decoding"]["num_beams"] == saved["num_beams"]
     assert report["bleu"]["difference"] == 0
     assert report["speed"]["model"] > 0 and report["speed"]["candidate"] > 0
@@ -120,6 +120,7 @@ def test_an_altered_float32_export_is_refused_naming_the_first_differing_line(
     main([*argv, "--accept-disagreement"])  # accepted: written, with the measured disagreement on record
     report = json.loads((output / "parity.json").read_text())
     assert report["identical_share"] < 0.99 and report["first_difference"]["line"] == line
+    assert report["differences"][0] == report["first_difference"] and len(report["differences"]) <= 20
 
 
 def test_quantized_export_reports_and_fails_only_past_the_users_bound(
@@ -227,3 +228,17 @@ def test_classifier_onnx_export_reports_identical_labels(tmp_path, tokenizer, ca
     assert "on 3 texts (texts.txt): 3 identical (100.0%); largest probability difference" in first
     report = json.loads((output / "parity.json").read_text())
     assert report["largest_probability_difference"] < 1e-4 and np.isclose(report["identical_share"], 1.0)
+
+
+def test_token_disagreement_is_an_edit_distance(tokenizer):
+    """A word inserted at the start is one token's difference, not every later position shifted."""
+    from vanilla_transformer.parity import token_disagreement
+
+    words = "the red dog runs to the small house"
+    length = len(tokenizer(text_target=words, add_special_tokens=False)["input_ids"])
+    inserted = len(tokenizer(text_target="big", add_special_tokens=False)["input_ids"])
+    assert token_disagreement(tokenizer, words, words) == 0
+    assert token_disagreement(tokenizer, words, "big " + words) == pytest.approx(
+        inserted / (length + inserted)
+    )
+    assert token_disagreement(tokenizer, words, "") == 1

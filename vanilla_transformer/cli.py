@@ -324,6 +324,8 @@ def cmd_export_ct2(options) -> None:
     check_translation_folder(Path(options.model))  # a classifier is named as one, before a sample is sought
     sample = _parity_sample(options)  # the sample is read (or refused) before any work
     precision = {"bf16": "bfloat16"}.get(options.quantization, options.quantization)
+    if options.full_int8_range and precision.startswith("int8"):
+        precision += " (8-bit weights)"
     reports = []
 
     def check(staging: Path) -> None:  # on the complete export, before it is renamed into place

@@ -13,13 +13,14 @@ tokenizer records (``model_max_length``, the longest source its training read; t
 limit" as a huge number, which is not a limit).
 
 Who follows it: ``inference.translate`` (the ``translate`` command's pytorch engine, and ``evaluate``),
-``ctranslate2_export.CTranslate2Translator`` (``translate --engine ctranslate2``), ``attention``
+``ctranslate2_export.CTranslate2Translator`` (``translate --engine ctranslate2``),
+``onnx_export.OnnxTranslator`` (``translate --engine onnx``), ``attention``
 (``attention_maps.plot_attention``), the demo page (which says so on the page) and the translation pipeline
 (``translation_pipeline.py``, one text at a time). A classifier reads a long text its own trained way
 instead (``classifier_long_text``: head, head and tail, or windows; ``classification_pipeline.py``). The ``translate`` command
 reads its input in chunks: it gives each engine call the number of the chunk's first line and one
-:class:`CutLines`, and warns once when the input ends. (The ONNX runner, ``onnx_export.OnnxSeq2Seq``, takes
-token ids, not text: cutting is its caller's.)
+:class:`CutLines`, and warns once when the input ends. (``onnx_export.OnnxSeq2Seq`` under ``OnnxTranslator``
+takes token ids, not text: used alone, cutting is its caller's.)
 
 Plain Python that imports nothing of the package: a Space's ``app.py`` (the demo) imports it uploaded
 beside it, and a saved model folder carries it as remote code, beside the translation pipeline that

@@ -295,8 +295,8 @@ def write_export_card(
     body = f"""
 # {name} ({candidate})
 
-The model `{model_dir}`, a Transformer (Vaswani et al., 2017) of the vanilla-transformer package, exported
-to {candidate} with `vanilla-transformer {command}`.
+The model {name}, a Transformer (Vaswani et al., 2017) of the vanilla-transformer package, exported to
+{candidate} with `vanilla-transformer {command}`.
 
 ## How faithful this export is
 

@@ -5,9 +5,10 @@ fp16 serving, or an existing export) runs the model and what it is checked again
 the same decoding (the model's saved beam size and length penalty unless the command says otherwise), and
 reports:
 
-- translation: the share of identical outputs; where outputs differ, the mean share of their token positions
-  that differ (both outputs tokenized by the model's tokenizer, the shorter one padded); sacreBLEU of both
-  against the references where the sample has them, and the difference; the first differing line;
+- translation: the share of identical outputs; where outputs differ, how far apart they are in tokens (the
+  edit distance of their tokenizations over the longer one's length, averaged); sacreBLEU of both against
+  the references where the sample has them, and the difference; the first differing line (and the first
+  :data:`SHOWN_DIFFERENCES` in ``parity.json``);
 - classification: the share of identical labels and the largest difference of a class probability;
 - speed: lines per second of both on this machine, measured in interleaved chunks (the model, then the
   candidate, chunk after chunk), since a shared machine's speed drifts by more than the difference measured.
@@ -37,6 +38,7 @@ import numpy as np
 REPORT_FILE, TABLE_FILE = "parity.json", "PARITY.md"
 FLOAT32_MIN_IDENTICAL = 0.99  # a float32 export computes what the model computes: only rounding may differ
 CHUNK = 64  # lines per timed round of each side
+SHOWN_DIFFERENCES = 20  # differing outputs kept in parity.json, for a reader to look at
 FULL_PRECISIONS = ("float32", "fp32")
 DATA_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")
 ENGINES = {"pytorch": "PyTorch", "ctranslate2": "CTranslate2", "onnx": "ONNX Runtime"}
@@ -246,11 +248,17 @@ def _interleaved(model_side: Callable, candidate_side: Callable, inputs: Sequenc
 
 
 def token_disagreement(tokenizer, first: str, second: str) -> float:
-    """The share of token positions at which two outputs differ (the shorter padded to the longer)."""
+    """How far two outputs are apart in tokens: the edit distance between their token sequences (insertions,
+    deletions and substitutions) over the longer one's length, so that a word inserted early counts once and
+    not as every later position shifted."""
     a, b = (tokenizer(text_target=text, add_special_tokens=False)["input_ids"] for text in (first, second))
-    longest = max(len(a), len(b), 1)
-    same = sum(x == y for x, y in zip(a, b, strict=False))
-    return 1.0 - same / longest
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1] / max(len(a), len(b), 1)
 
 
 def compare_translations(
@@ -273,6 +281,9 @@ def compare_translations(
             else None
         ),
         "first_difference": _difference(sample, differing, expected, got),
+        "differences": [
+            _difference(sample, [index], expected, got) for index in differing[:SHOWN_DIFFERENCES]
+        ],
         "speed": _speed(len(sample.inputs), seconds),
         "bleu": None,
     }
@@ -340,14 +351,25 @@ def _speed(count: int, seconds: list[float]) -> dict:
 
 
 def machine() -> str:
-    """The CPU's name (``lscpu``'s model name, else the platform's), for the speeds beside it."""
+    """The CPU in words for the speeds beside it: its model name, family and model (which tell AMD's
+    generations apart where the name is only "AMD EPYC"), and its bf16 / int8 matrix units."""
     try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        fields = dict(
+            line.split(":", 1)
+            for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").split("\n\n")[0].splitlines()
+            if ":" in line
+        )
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine()
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    units = [
+        name
+        for flag, name in (("amx_bf16", "AMX"), ("avx512_bf16", "AVX512-BF16"), ("avx512_vnni", "VNNI"))
+        if flag in flags
+    ]
+    units = units or (["AVX2 only"] if "avx2" in flags else [])
+    return f"{fields.get('model name', platform.machine())} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')}; {', '.join(units) or 'no AVX2'})"
 
 
 def _versions(engine: str) -> dict:
@@ -396,7 +418,7 @@ def lines(report: dict, where: str | None = None) -> tuple[str, str]:
         f"{report['identical']:,} identical ({report['identical_share']:.1%})"
     )
     if report.get("token_disagreement") is not None:
-        first += f"; where they differ, {report['token_disagreement']:.1%} of tokens differ"
+        first += f"; where they differ, {report['token_disagreement']:.1%} of tokens (edit distance)"
     if report.get("largest_probability_difference") is not None:
         first += f"; largest probability difference {report['largest_probability_difference']:.2g}"
     if report.get("bleu"):
@@ -426,7 +448,7 @@ def table(report: dict) -> str:
         f"| identical outputs | | {report['identical']:,} of {count:,} ({report['identical_share']:.1%}) |",
     ]
     if report.get("token_disagreement") is not None:
-        rows.append(f"| tokens that differ, where outputs differ | | {report['token_disagreement']:.1%} |")
+        rows.append(f"| token edit distance, where outputs differ | | {report['token_disagreement']:.1%} |")
     if report.get("largest_probability_difference") is not None:
         rows.append(f"| largest probability difference | | {report['largest_probability_difference']:.2g} |")
     if report.get("bleu"):
