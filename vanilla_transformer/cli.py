@@ -299,37 +299,44 @@ def cmd_export_onnx(options) -> None:
     from transformers import AutoTokenizer
 
     from .loading import load_saved_model
+    from .model_card import write_export_card
     from .onnx_export import export_onnx
     from .outputs import check_folder_output, folder_output
     from .parity import Candidate
+    from .parity import command as parity_command
 
     check_folder_output(options.output, "export-onnx", [options.model], options.force)
-    sample = _parity_sample(options)  # the sample is read (or refused) before any work
+    sample = parity_command.sample_for(options)  # the sample is read (or refused) before any work
     with folder_output(options.output, "export-onnx", [options.model], options.force) as staging:
         model = load_saved_model(options.model)
         tokenizer = AutoTokenizer.from_pretrained(options.model) if _has_tokenizer(options.model) else None
         names = [path.name for path in export_onnx(model, staging, tokenizer)]
-        report = _check_export(options, sample, Candidate("onnx", "float32", staging), staging)
+        report = parity_command.check_export(options, sample, Candidate("onnx", "float32", staging), staging)
+        write_export_card(staging, options.model, "onnx", "float32", report)
     for name in names:
         print(f"Wrote {Path(options.output) / name}")
-    _print_parity(report, options.output)
+    parity_command.print_report(report, options.output)
 
 
 def cmd_export_ct2(options) -> None:
     from .ctranslate2_export import check_translation_folder, export_ctranslate2
+    from .model_card import write_export_card
     from .outputs import check_folder_output
     from .parity import Candidate
+    from .parity import command as parity_command
 
     check_folder_output(options.output, "export-ct2", [options.model], options.force)
     check_translation_folder(Path(options.model))  # a classifier is named as one, before a sample is sought
-    sample = _parity_sample(options)  # the sample is read (or refused) before any work
+    sample = parity_command.sample_for(options)  # the sample is read (or refused) before any work
     precision = {"bf16": "bfloat16"}.get(options.quantization, options.quantization)
     if options.full_int8_range and precision.startswith("int8"):
         precision += " (8-bit weights)"
     reports = []
 
     def check(staging: Path) -> None:  # on the complete export, before it is renamed into place
-        reports.append(_check_export(options, sample, Candidate("ctranslate2", precision, staging), staging))
+        candidate = Candidate("ctranslate2", precision, staging)
+        reports.append(parity_command.check_export(options, sample, candidate, staging))
+        write_export_card(staging, options.model, "ctranslate2", precision, reports[-1])
 
     path = export_ctranslate2(
         options.model,
@@ -340,132 +347,26 @@ def cmd_export_ct2(options) -> None:
         check=check,
     )
     print(f"Wrote {path} (translate with: vanilla-transformer translate --engine ctranslate2 --model {path})")
-    _print_parity(reports[0], path)
+    parity_command.print_report(reports[0], path)
 
 
 def cmd_parity(options) -> None:
     """The parity report of an export folder, or of the PyTorch model served in int8 / bf16 / fp16, against
-    the model (``parity.py``); the two lines, and the report where ``--report`` names a folder (an export's
+    the model (``vanilla_transformer/parity/``); the two lines, and the report where ``--report`` names a folder (an export's
     own folder by default)."""
+    from .parity import command as parity_command
     from .parity import write_report
 
-    candidate = _parity_candidate(options)
-    sample = _parity_sample(options)
-    report = _measure(options, sample, candidate)
+    candidate = parity_command.candidate_for(options)
+    sample = parity_command.sample_for(options)
+    report = parity_command.measure(options, sample, candidate)
     folder = options.report or (options.export if options.export else None)
     where = None
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         where = write_report(report, folder)
-    _print_parity(report, where.parent if where else None)
-    _bounds(options, report)
-
-
-def _model_kind(model_dir) -> str:
-    """``translation``, ``classification`` or another kind (the class name) of a saved folder, loaded whole so
-    that a damaged folder is named before a sample is looked for (``loading.load_saved_model``)."""
-    from .loading import load_saved_model
-
-    name = type(load_saved_model(model_dir)).__name__
-    if name.endswith("ConditionalGeneration"):
-        return "translation"
-    return "classification" if name.endswith("SequenceClassification") else name
-
-
-def _parity_sample(options):
-    """The sample an export is checked on (``parity.translation_sample`` / ``classification_sample``), or
-    None with ``--no-check`` or for a model whose outputs the check does not compare (a masked LM)."""
-    from .parity import classification_sample, translation_sample
-
-    if getattr(options, "no_check", False):
-        return None
-    kind = options.model_kind = _model_kind(options.model)
-    overrides = parse_overrides(options.set)
-    if kind == "translation":
-        config = json.loads((Path(options.model) / "config.json").read_text(encoding="utf-8"))
-        return translation_sample(
-            options.check_file,
-            options.recipe,
-            options.split,
-            config.get("source_lang"),
-            config.get("target_lang"),
-            overrides,
-            options.check_lines,
-            options.model,
-        )
-    if kind == "classification":
-        return classification_sample(
-            options.check_file, options.recipe, options.split, overrides, options.check_lines
-        )
-    return None
-
-
-def _measure(options, sample, candidate) -> dict:
-    from .parity import check_classification, check_translation
-
-    kind = getattr(options, "model_kind", None) or _model_kind(options.model)
-    if kind == "translation":
-        return check_translation(
-            options.model, candidate, sample, num_beams=options.beams, length_penalty=options.length_penalty
-        )
-    return check_classification(options.model, candidate, sample)
-
-
-def _bounds(options, report: dict) -> None:
-    from .parity import check_bounds
-
-    check_bounds(
-        report,
-        min_identical=options.min_identical,
-        max_bleu_drop=options.max_bleu_drop,
-        accept=options.accept_disagreement,
-    )
-
-
-def _check_export(options, sample, candidate, staging: Path) -> dict | None:
-    """Measure the export in ``staging`` against the model (nothing without a sample), refuse it past the
-    bounds (``parity.check_bounds``: the export is then never published), and write the report and the
-    export's card into it."""
-    from .model_card import write_export_card
-    from .parity import ParityError, lines, write_report
-
-    report = None
-    if sample is not None:
-        report = _measure(options, sample, candidate)
-        try:
-            _bounds(options, report)
-        except ParityError:  # the figures, then the one line that refuses the export
-            print("\n".join(lines(report)))
-            raise
-        write_report(report, staging)
-    write_export_card(staging, options.model, candidate.engine, candidate.precision, report)
-    return report
-
-
-def _print_parity(report: dict | None, folder) -> None:
-    from .parity import REPORT_FILE, TABLE_FILE, lines
-
-    if report is None:
-        print("Parity: not measured (--no-check, or a model whose outputs the check does not compare).")
-        return
-    for line in lines(report, f"{Path(folder) / REPORT_FILE} and {TABLE_FILE}" if folder else None):
-        print(line)
-
-
-def _parity_candidate(options):
-    from .loading import CTRANSLATE2_FILE
-    from .parity import Candidate, read_report
-
-    if options.export:
-        folder = Path(options.export)
-        engine = "ctranslate2" if (folder / CTRANSLATE2_FILE).is_file() else "onnx"
-        if engine == "onnx" and not any(folder.glob("*.onnx")):
-            raise FileNotFoundError(f"--export: {folder} is neither a CTranslate2 nor an ONNX export.")
-        earlier = read_report(folder) or {}
-        return Candidate(engine, earlier.get("precision", "float32"), folder)
-    if options.quantize:
-        return Candidate("pytorch", "int8", quantize="int8")
-    return Candidate("pytorch", options.dtype, dtype=options.dtype)
+    parity_command.print_report(report, where.parent if where else None)
+    parity_command.bounds(options, report)
 
 
 def _has_tokenizer(folder: str) -> bool:
@@ -786,7 +687,7 @@ def add_classify_command(commands) -> None:
 
 
 def _add_check_options(parser, export: bool = True) -> None:
-    """The parity check's options (``parity.py``, docs/serving.md): the sample, the decoding, the bounds."""
+    """The parity check's options (``parity/``, docs/serving.md): the sample, the decoding, the bounds."""
     group = parser.add_argument_group("parity check against the PyTorch model (docs/serving.md)")
     group.add_argument(
         "--check-file",

@@ -113,7 +113,7 @@ def export_ctranslate2(
             saturate). ``False`` keeps CTranslate2's own 8-bit weights: for a model served only on GPUs or on
             CPUs with VNNI (AVX512-VNNI, AVX-VNNI, AMX).
         check: called with the complete export, still in its staging folder, before it is renamed into
-            ``output_dir`` (the ``export-ct2`` command's parity check, ``parity.py``, writes its report there);
+            ``output_dir`` (the ``export-ct2`` command's parity check, ``parity/``, writes its report there);
             an exception it raises leaves ``output_dir`` as it was.
 
     Returns:
