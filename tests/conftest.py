@@ -16,6 +16,8 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi  # noqa: E402
+from huggingface_hub.hf_api import RepoUrl  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
@@ -247,3 +249,50 @@ def classifier_folder(tmp_path_factory, tokenizer):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     yield from _read_only(folder)
+
+
+@pytest.fixture
+def hub(monkeypatch, tmp_path):
+    """The Hub, offline: what `push` sends lands in a folder (:class:`CapturedHub`)."""
+    captured = CapturedHub(tmp_path / "hub")
+    monkeypatch.setattr(
+        HfApi, "create_repo", lambda api, repo_id, **kw: captured.create_repo(api, repo_id, **kw)
+    )
+    monkeypatch.setattr(
+        HfApi,
+        "create_commit",
+        lambda api, repo_id, operations, **kw: captured.create_commit(api, repo_id, operations, **kw),
+    )
+    return captured
+
+
+class CapturedHub:
+    """Stands in for the Hub: ``create_repo`` answers, ``create_commit`` writes the files it was given."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.commits: list[dict] = []
+
+    def create_repo(self, api, repo_id, **kwargs):
+        return RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def create_commit(self, api, repo_id, operations, *, commit_message, **kwargs):
+        folder = self.root / repo_id
+        for operation in operations:
+            assert isinstance(operation, CommitOperationAdd), operation
+            target = folder / operation.path_in_repo
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with operation.as_file() as source:
+                target.write_bytes(source.read())
+        self.commits.append(
+            {"repo_id": repo_id, "message": commit_message, "files": len(operations), **kwargs}
+        )
+        return CommitInfo(
+            commit_url=f"https://huggingface.co/{repo_id}/commit/{'0' * 40}",
+            commit_message=commit_message,
+            commit_description=kwargs.get("commit_description") or "",
+            oid="0" * 40,
+        )
+
+    def folder(self, repo_id: str) -> Path:
+        return self.root / repo_id

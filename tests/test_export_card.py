@@ -1,6 +1,6 @@
 """An export's card and its upload: ``model_card.write_export_card`` (the engine, the source model's
 metadata, the parity table, the command that runs it) and ``push`` of a CTranslate2 or ONNX export folder,
-offline (the Hub is ``test_hub.CapturedHub``): model.bin goes up, the parity lines are printed first, a
+offline (the Hub is ``conftest.CapturedHub``): model.bin goes up, the parity lines are printed first, a
 missing file is named in one line."""
 
 import json
@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import encoder_only_config, run_without_the_package, tiny_config
-from huggingface_hub import HfApi, ModelCard
-from test_hub import CapturedHub
+from huggingface_hub import ModelCard
 
 from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
@@ -24,20 +23,6 @@ from vanilla_transformer.outputs import MARKER
 from vanilla_transformer.parity import lines, table, write_report
 
 REPO = "someone/de-en-ct2-int8"
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):
-    captured = CapturedHub(tmp_path / "hub")
-    monkeypatch.setattr(
-        HfApi, "create_repo", lambda api, repo_id, **kw: captured.create_repo(api, repo_id, **kw)
-    )
-    monkeypatch.setattr(
-        HfApi,
-        "create_commit",
-        lambda api, repo_id, operations, **kw: captured.create_commit(api, repo_id, operations, **kw),
-    )
-    return captured
 
 
 @pytest.fixture

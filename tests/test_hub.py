@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 from conftest import run_without_the_package, tiny_config
-from huggingface_hub import CommitInfo, CommitOperationAdd, HfApi, ModelCard, RepoUrl
+from huggingface_hub import ModelCard
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
@@ -23,52 +23,6 @@ from vanilla_transformer.hub import push_model
 from vanilla_transformer.model_card import Result, write_model_card
 
 SENTENCES = ["a wonderful film", "great acting"]
-
-
-class CapturedHub:
-    """Stands in for the Hub: ``create_repo`` answers, ``create_commit`` writes the files it was given."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.commits: list[dict] = []
-
-    def create_repo(self, api, repo_id, **kwargs):
-        return RepoUrl(f"https://huggingface.co/{repo_id}")
-
-    def create_commit(self, api, repo_id, operations, *, commit_message, **kwargs):
-        folder = self.root / repo_id
-        for operation in operations:
-            assert isinstance(operation, CommitOperationAdd), operation
-            target = folder / operation.path_in_repo
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with operation.as_file() as source:
-                target.write_bytes(source.read())
-        self.commits.append(
-            {"repo_id": repo_id, "message": commit_message, "files": len(operations), **kwargs}
-        )
-        return CommitInfo(
-            commit_url=f"https://huggingface.co/{repo_id}/commit/{'0' * 40}",
-            commit_message=commit_message,
-            commit_description=kwargs.get("commit_description") or "",
-            oid="0" * 40,
-        )
-
-    def folder(self, repo_id: str) -> Path:
-        return self.root / repo_id
-
-
-@pytest.fixture
-def hub(monkeypatch, tmp_path):
-    captured = CapturedHub(tmp_path / "hub")
-    monkeypatch.setattr(
-        HfApi, "create_repo", lambda api, repo_id, **kw: captured.create_repo(api, repo_id, **kw)
-    )
-    monkeypatch.setattr(
-        HfApi,
-        "create_commit",
-        lambda api, repo_id, operations, **kw: captured.create_commit(api, repo_id, operations, **kw),
-    )
-    return captured
 
 
 @pytest.fixture

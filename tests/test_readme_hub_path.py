@@ -4,7 +4,7 @@ stand-ins for the network:
 
 - each Hub data set id (`bentrevett/multi30k`, `stanfordnlp/imdb`) names a local folder laid out as the
   Hub's copy is (its files, split names and columns), read through the same `load_dataset` call the id takes;
-- `push` lands in a captured commit (tests/test_hub.py's `CapturedHub`) instead of the Hub, and the
+- `push` lands in a captured commit (tests/conftest.py's `CapturedHub`) instead of the Hub, and the
   pushed files are then loaded where this package cannot be imported, by the README's own Python;
 - the training commands get settings appended that make them seconds long (a tiny model, a few updates);
   the recipes' other settings (data, decoding, precision, outputs) are the README's.
@@ -22,9 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import TINY_MODEL, run_without_the_package
+from conftest import TINY_MODEL, CapturedHub, run_without_the_package
 from test_classification import write_reviews
-from test_hub import CapturedHub
 
 from vanilla_transformer.cli import main
 from vanilla_transformer.data.synthetic import synthetic_pairs

@@ -38,21 +38,12 @@ def decoding_of(model, num_beams: int | None = None, length_penalty: float | Non
 def _translator(candidate: Candidate, model_dir, decoding: dict, batch_size: int, cut_lines):
     import functools
 
-    if candidate.engine == "ctranslate2":
-        from ..ctranslate2_export import CTranslate2Translator
-
-        engine = CTranslate2Translator(candidate.folder)
-        return lambda chunk: engine(
-            chunk,
-            decoding["num_beams"],
-            decoding["length_penalty"],
-            batch_size=batch_size,
-            cut_lines=cut_lines,
-        )
-    if candidate.engine == "onnx":
-        from ..onnx_export import OnnxTranslator
-
-        engine = OnnxTranslator(candidate.folder)
+    if candidate.engine in ("ctranslate2", "onnx"):  # both engines' translators take the same arguments
+        if candidate.engine == "ctranslate2":
+            from ..ctranslate2_export import CTranslate2Translator as Translator
+        else:
+            from ..onnx_export import OnnxTranslator as Translator
+        engine = Translator(candidate.folder)
         return lambda chunk: engine(
             chunk,
             decoding["num_beams"],
