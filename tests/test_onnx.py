@@ -190,3 +190,84 @@ def test_export_command_and_refusals(tmp_path, classifier_folder):
         export_onnx(VanillaTransformerForCausalLM(decoder_only_config()), tmp_path / "causal")
     with pytest.raises(FileNotFoundError, match="lacks encoder_model.onnx"):
         OnnxSeq2Seq(tmp_path / "onnx")
+
+
+def test_onnx_decoding_follows_the_saved_generation_config(exported_seq2seq, tmp_path):
+    """What the export's generation_config.json asks of generate() the ONNX decoding does too (a saved
+    min_new_tokens or min_length), or refuses in one line (a setting it does not apply, such as
+    no_repeat_ngram_size): it never returns other tokens than generate() in silence."""
+    import copy
+    import shutil
+
+    model, folder, _ = exported_seq2seq
+    saved = shutil.copytree(folder, tmp_path / "saved")
+    ids, mask = padded_batch(5, 8, seed=4)
+    eos = model.config.eos_token_id
+    plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, num_beams=3)
+    for setting in ({"min_new_tokens": 6}, {"min_length": 9}):
+        config = copy.deepcopy(model.generation_config)
+        config.update(**setting)
+        config.save_pretrained(saved)
+        expected = model.generate(
+            input_ids=ids, attention_mask=mask, generation_config=config, max_new_tokens=12, num_beams=3
+        )
+        assert _up_to_eos(expected, eos) != _up_to_eos(plain, eos)  # the setting changes the translations
+        for num_beams in (3, 1):
+            expected = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                generation_config=config,
+                max_new_tokens=12,
+                num_beams=num_beams,
+            )
+            tokens = OnnxSeq2Seq(saved).generate(
+                ids.numpy(), mask.numpy(), max_new_tokens=12, num_beams=num_beams
+            )
+            assert _up_to_eos(tokens, eos) == _up_to_eos(expected, eos), setting
+    config = copy.deepcopy(model.generation_config)
+    config.no_repeat_ngram_size = 2
+    config.save_pretrained(saved)
+    with pytest.raises(
+        ValueError, match="sets no_repeat_ngram_size=2, which the ONNX decoding does not apply"
+    ):
+        OnnxSeq2Seq(saved)
+
+
+def test_onnx_decoding_stops_at_a_learned_position_table(tmp_path, classifier_folder):
+    """With learned positions generate() bounds a translation by the decoder's table (the default bound, the
+    source + 50, would read past it); the ONNX decoding stops there too instead of failing in ONNX Runtime,
+    and refuses a bound past it in one line. A folder that is not an ONNX translation export is named as
+    what it is."""
+    from test_input_checks import refused
+
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(
+        tiny_config(position_encoding="learned", max_position_embeddings=12)
+    ).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.5)
+    model.generation_config.num_beams = 3
+    export_onnx(model, tmp_path / "onnx")
+    runner = OnnxSeq2Seq(tmp_path / "onnx")
+    ids, mask = padded_batch(3, 9, seed=5)
+    for num_beams in (3, 1):
+        expected = model.generate(input_ids=ids, attention_mask=mask, num_beams=num_beams)
+        tokens = runner.generate(ids.numpy(), mask.numpy(), num_beams=num_beams)
+        assert tokens.shape[1] == 13 and tokens.shape == tuple(expected.shape)  # start + the table's 12
+        np.testing.assert_array_equal(tokens, expected.numpy())
+    with pytest.raises(ValueError, match="max_new_tokens 20: the decoder's learned positions hold 12"):
+        runner.generate(ids.numpy(), mask.numpy(), max_new_tokens=20)
+
+    (tmp_path / "ct2").mkdir()
+    (tmp_path / "ct2" / "model.bin").write_bytes(b"")
+    for folder, expected in (
+        (
+            tmp_path / "ct2",
+            "is a CTranslate2 export (model.bin), not an ONNX one: translate it with --engine ",
+        ),
+        (classifier_folder, "is a model folder, not an ONNX export: translate it with --engine pytorch"),
+        (tmp_path / "none", "does not exist"),
+    ):
+        message = refused(["translate", "--engine", "onnx", "--model", str(folder), "--input", __file__])
+        assert expected in message, message

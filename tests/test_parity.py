@@ -242,3 +242,172 @@ def test_token_disagreement_is_an_edit_distance(tokenizer):
         inserted / (length + inserted)
     )
     assert token_disagreement(tokenizer, words, "") == 1
+
+
+def _babble(path, count: int = 64):
+    """``count`` lines the shared model partly babbles on until its length bound (numbers, nonsense letters)
+    beside sentences, whose length in characters orders them otherwise than their length in tokens: a line
+    that runs to the bound (the longest source of its batch + 50) translates differently in another batch."""
+    import random
+
+    draw = random.Random(1)
+    words = "the big small woman man dog tree bird follows says happy beautiful that".split()
+    lines = []
+    for index in range(count):
+        if index % 3 == 0:
+            lines.append(" ".join(draw.choice(words) for _ in range(draw.randint(2, 12))).capitalize() + " .")
+        elif index % 3 == 1:
+            lines.append(" ".join(str(draw.randint(0, 99999)) for _ in range(draw.randint(1, 8))))
+        else:
+            lines.append("".join(draw.choice("xyzqjkvw") for _ in range(draw.randint(3, 40))))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_both_sides_decode_the_same_batches(translation_model, tmp_path, capsys):
+    """A float32 export is compared on the batches the model is: each engine batching the sample its own way
+    (by characters, by tokens) gave some line another batch, another length bound and another translation,
+    and a faithful export was refused at 63 of 64. `translate --engine onnx` batches as the PyTorch engine."""
+    lines = _babble(tmp_path / "babble.txt")
+    output = tmp_path / "ct2"
+    main(
+        ["export-ct2", "--model", str(translation_model), "--output", str(output), "--check-file", str(lines)]
+    )
+    assert "on 64 lines (babble.txt): 64 identical (100.0%)" in _printed(capsys)[0]
+
+    from vanilla_transformer.inference import load_for_inference, translate
+    from vanilla_transformer.onnx_export import OnnxTranslator
+
+    main(["export-onnx", "--model", str(translation_model), "--output", str(tmp_path / "onnx"), "--no-check"])
+    model, tokenizer = load_for_inference(translation_model, "cpu", "fp32")
+    sentences = lines.read_text(encoding="utf-8").splitlines()
+    onnx = OnnxTranslator(tmp_path / "onnx")(sentences, batch_size=32)
+    assert onnx == translate(model, tokenizer, sentences, batch_size=32)
+
+
+def test_data_file_samples_keep_the_line_numbers_of_the_users_file(
+    altered_exports, translation_model, tmp_path, capsys
+):
+    """A JSON Lines file with blank lines and a CSV file under its header line: a differing input is named by
+    the line it is on in the file; a pair with an empty source is no check (both sides give "")."""
+    pairs = synthetic_pairs(12, seed=5)
+    jsonl = tmp_path / "pairs.jsonl"
+    rows = [json.dumps({"translation": pair}) for pair in pairs]
+    rows.insert(3, json.dumps({"translation": {"en": "", "de": "Hallo"}}))
+    jsonl.write_text("\n" + "\n\n".join(rows) + "\n", encoding="utf-8")
+    csv_file = tmp_path / "pairs.csv"
+    csv_file.write_text(
+        "en,de\n" + "".join(f'"{pair["en"]}","{pair["de"]}"\n' for pair in pairs), encoding="utf-8"
+    )
+    for data in (jsonl, csv_file):
+        output = tmp_path / f"ct2-{data.suffix[1:]}"
+        argv = ["export-ct2", "--model", str(translation_model), "--output", str(output)]
+        message = refused([*argv, "--check-file", str(data)])
+        line = int(message.split("first difference: line ")[1].split()[0])
+        text = data.read_text(encoding="utf-8").splitlines()[line - 1]
+        source = json.loads(text)["translation"]["en"] if data is jsonl else text.split('","')[0][1:]
+        assert repr(source)[:40] in message, (line, text, message)
+        main([*argv, "--check-file", str(data), "--accept-disagreement"])
+        report = json.loads((output / "parity.json").read_text())
+        assert report["sentences"] == 12 and report["first_difference"]["line"] == line
+        lines = data.read_text(encoding="utf-8").splitlines()
+        for difference in report["differences"]:
+            assert difference["input"] in lines[difference["line"] - 1]
+
+
+def test_a_cut_line_is_named_by_its_line_in_the_users_file(translation_model, tmp_path, caplog):
+    """Both sides cut a line longer than the model reads alike, and the one warning numbers it as the file
+    does (the sides see chunks of the sample, reordered, blank lines left out)."""
+    sentences = [pair["en"] for pair in synthetic_pairs(70, seed=3)]
+    sentences[60] = " ".join(["the big dog follows the small bird ."] * 30)  # far past 128 tokens
+    text = "\n\n".join(sentences[:5]) + "\n" + "\n".join(sentences[5:]) + "\n"  # 4 blank lines first
+    check = tmp_path / "long.txt"
+    check.write_text(text, encoding="utf-8")
+    line = text.splitlines().index(sentences[60]) + 1
+    with caplog.at_level("WARNING"):
+        main(["parity", "--model", str(translation_model), "--dtype", "bf16", "--check-file", str(check)])
+    warnings = [record.getMessage() for record in caplog.records if "Cut line" in record.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith(f"Cut line {line} to its first "), warnings
+
+
+def test_parity_of_an_earlier_export(translation_model, sample, tmp_path, capsys):
+    """`parity --export` on an export written unmeasured: its weights' type is read from the export (an int8
+    export is no float32 one, held to no 99% bound), the report joins the export (its card, and the files
+    `--force` may replace), and a refused check writes nothing."""
+    export = tmp_path / "int8"
+    base = ["--model", str(translation_model)]
+    main(["export-ct2", *base, "--output", str(export), "--quantization", "int8", "--no-check"])
+    main(["parity", *base, "--export", str(export), "--check-file", str(sample[1])])
+    assert _printed(capsys)[-2].startswith("Parity of CTranslate2 int8 with the PyTorch model")
+    report = json.loads((export / "parity.json").read_text())
+    assert report["precision"] == "int8"
+    assert "| identical outputs |" in (export / "README.md").read_text()  # the card carries it
+    message = refused(
+        [
+            "parity",
+            *base,
+            "--export",
+            str(export),
+            "--check-file",
+            str(sample[0]),
+            "--min-identical",
+            "100%",
+            "--beams",
+            "1",
+        ]
+    )
+    assert "under the 100% bound" in message and "Nothing was written" in message
+    assert json.loads((export / "parity.json").read_text()) == report  # the earlier report, as it was
+    main(["export-ct2", *base, "--output", str(export), "--quantization", "bf16", "--force", "--no-check"])
+    assert not (export / "parity.json").exists()  # replaced whole, the report parity added included
+    main(["parity", *base, "--export", str(export), "--check-file", str(sample[0])])
+    assert _printed(capsys)[-2].startswith("Parity of CTranslate2 bfloat16 with the PyTorch model")
+
+
+def test_what_parity_refuses_in_one_line(translation_model, classifier_folder, sample, tmp_path, tokenizer):
+    """An export of another kind of model, a model folder or nothing at all as --export, a masked LM, options
+    that mean nothing for the model, a bound the sample cannot measure, a recipe in the other direction."""
+    from vanilla_transformer import VanillaTransformerForMaskedLM
+
+    ct2 = tmp_path / "ct2"
+    main(["export-ct2", "--model", str(translation_model), "--output", str(ct2), "--no-check"])
+    masked = tmp_path / "masked"
+    VanillaTransformerForMaskedLM(encoder_only_config()).save_pretrained(masked)
+    tokenizer.save_pretrained(masked)
+    labelled = tmp_path / "labelled.csv"
+    labelled.write_text("text,label\na wonderful film,1\nthe worst plot,0\n", encoding="utf-8")
+    translation, classifier = str(translation_model), str(classifier_folder)
+    cases = {
+        (classifier, "--export", str(ct2)): "is an export of a translation model, and --model",
+        (translation, "--export", translation): "is a model folder, not an export",
+        (translation, "--export", str(tmp_path / "none")): "does not exist",
+        (str(masked), "--dtype", "bf16", "--check-file", str(sample[0])): "compares a translation model's",
+        (classifier, "--dtype", "bf16", "--check-file", str(labelled), "--beams", "2"): "--beams: ",
+        (
+            translation,
+            "--quantize",
+            "int8",
+            "--check-file",
+            str(sample[0]),
+            "--max-bleu-drop",
+            "1",
+        ): "no references",
+        (
+            translation,
+            "--quantize",
+            "int8",
+            "--recipe",
+            "synthetic_en_de",
+            "--set",
+            "source_lang=de",
+            "--set",
+            "target_lang=en",
+        ): "its data is de -> en, but the model translates en -> de",
+    }
+    for (model, *rest), expected in cases.items():
+        assert expected in refused(["parity", "--model", model, *rest])
+    assert not (ct2 / "parity.json").exists()
+    # A labelled CSV file is read as CSV (not as the default JSON Lines), its rows numbered under the header.
+    from vanilla_transformer.parity import classification_sample
+
+    assert classification_sample(str(labelled), None, "test").lines == [2, 3]

@@ -341,7 +341,7 @@ def cmd_export_ct2(options) -> None:
     path = export_ctranslate2(
         options.model,
         options.output,
-        quantization=options.quantization,
+        quantization=precision.removesuffix(" (8-bit weights)"),  # CTranslate2's name: bfloat16, not bf16
         force=options.force,
         reduce_range=not options.full_int8_range,
         check=check,
@@ -354,19 +354,19 @@ def cmd_parity(options) -> None:
     """The parity report of an export folder, or of the PyTorch model served in int8 / bf16 / fp16, against
     the model (``vanilla_transformer/parity/``); the two lines, and the report where ``--report`` names a folder (an export's
     own folder by default)."""
+    from .parity import ParityError
     from .parity import command as parity_command
-    from .parity import write_report
 
     candidate = parity_command.candidate_for(options)
     sample = parity_command.sample_for(options)
     report = parity_command.measure(options, sample, candidate)
-    folder = options.report or (options.export if options.export else None)
-    where = None
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        where = write_report(report, folder)
+    try:
+        parity_command.bounds(options, report)
+    except ParityError:  # the figures, then the one line that refuses it; no report is kept
+        parity_command.print_report(report, None)
+        raise
+    where = parity_command.keep_report(options, report, candidate)
     parity_command.print_report(report, where.parent if where else None)
-    parity_command.bounds(options, report)
 
 
 def _has_tokenizer(folder: str) -> bool:

@@ -258,9 +258,7 @@ class OnnxSeq2Seq:
         from .configuration_vanilla_transformer import VanillaTransformerConfig
 
         folder = Path(folder)
-        missing = [name for name in SEQ2SEQ_FILES if not (folder / name).is_file()]
-        if missing:
-            raise FileNotFoundError(f"{folder} lacks {', '.join(missing)}; export it with export_onnx first.")
+        _check_seq2seq_export(folder)
         providers = providers or ["CPUExecutionProvider"]
         options = onnxruntime.SessionOptions()
         # Between two runs the search does its own work (top-k, reordering the keys/values): threads left
@@ -273,6 +271,11 @@ class OnnxSeq2Seq:
         self.config = VanillaTransformerConfig.from_pretrained(folder)  # the package's class: no folder code
         saved = (folder / "generation_config.json").is_file()
         self.generation_config = GenerationConfig.from_pretrained(folder) if saved else None
+        # The tokens generate() starts, ends and pads with: the generation config's where it names them.
+        self.start_id = self._setting("decoder_start_token_id", None, self.config.decoder_start_token_id)
+        self.eos_id = _one_token(self._setting("eos_token_id", None, self.config.eos_token_id), folder)
+        self.pad_id = self._setting("pad_token_id", None, self.config.pad_token_id)
+        _check_decoding(self.generation_config, folder)
 
     def _setting(self, name: str, value, default):
         if value is not None:
@@ -289,14 +292,17 @@ class OnnxSeq2Seq:
         if config is not None and config.max_length not in (None, UNSET_MAX_LENGTH):
             return config.max_length - 1
         over = getattr(config, "max_new_tokens_over_source", None) if config is not None else None
-        return int(attention_mask.sum(-1).max()) + (MAX_NEW_TOKENS_OVER_SOURCE if over is None else over)
+        bound = int(attention_mask.sum(-1).max()) + (MAX_NEW_TOKENS_OVER_SOURCE if over is None else over)
+        if self.config.position_encoding == "learned":  # as generate(): no longer than the decoder's table
+            bound = min(bound, self.config.max_position_embeddings)
+        return bound
 
     def generate(
         self,
         input_ids: np.ndarray,
         attention_mask: np.ndarray,
         max_new_tokens: int | None = None,
-        min_new_tokens: int = 0,
+        min_new_tokens: int | None = None,
         num_beams: int | None = None,
         length_penalty: float | None = None,
         early_stopping: bool | str | None = None,
@@ -304,14 +310,26 @@ class OnnxSeq2Seq:
         """Tokens (B, 1 + up to ``max_new_tokens``) starting with the decoder start token, as ``generate()``
         returns them. Unset arguments take the exported generation config's values (§6.1's where it has
         none). Greedy (``num_beams=1``): rows that produced EOS continue with padding, and decoding stops once
-        every row has; EOS cannot be chosen before ``min_new_tokens`` tokens. Beam search: the best
-        hypothesis of each row, shorter ones padded."""
+        every row has; EOS cannot be chosen before ``min_new_tokens`` tokens (nor before the saved
+        ``min_length`` less the start token: generate() applies both). Beam search: the best hypothesis of
+        each row, shorter ones padded. A bound past a learned position table is refused (generate() fails
+        there); the default bound stops at it, as generate()'s does."""
         input_ids, attention_mask = input_ids.astype(np.int64), attention_mask.astype(np.int64)
         if max_new_tokens is None:
             max_new_tokens = self.max_new_tokens(attention_mask)
+        table = self.config.max_position_embeddings
+        if self.config.position_encoding == "learned" and max_new_tokens > table:
+            raise ValueError(
+                f"max_new_tokens {max_new_tokens}: the decoder's learned positions hold {table}, so a "
+                f"translation has at most {table} tokens; bound it there."
+            )
+        min_new_tokens = max(
+            self._setting("min_new_tokens", min_new_tokens, 0),
+            (self._setting("min_length", None, 0) or 0) - 1,
+        )
         num_beams = self._setting("num_beams", num_beams, 1)
         (encoded,) = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
-        tokens = np.full((input_ids.shape[0], 1), self.config.decoder_start_token_id, dtype=np.int64)
+        tokens = np.full((input_ids.shape[0], 1), self.start_id, dtype=np.int64)
         first = self.first.run(
             None,
             {
@@ -349,7 +367,7 @@ class OnnxSeq2Seq:
     def _greedy(self, tokens, attention_mask, first, max_new_tokens: int, min_new_tokens: int) -> np.ndarray:
         logits, keys, values, cross_keys, cross_values = first
         finished = np.zeros(tokens.shape[0], dtype=bool)
-        eos, pad = self.config.eos_token_id, self.config.pad_token_id
+        eos, pad = self.eos_id, self.pad_id
         for step in range(max_new_tokens):
             if step < min_new_tokens:
                 logits[:, eos] = -np.inf
@@ -376,7 +394,7 @@ class OnnxSeq2Seq:
     ) -> np.ndarray:
         """transformers' ``_beam_search`` (see the class docstring), one row of ``num_beams`` per input."""
         logits, keys, values, cross_keys, cross_values = first
-        batch, beams, eos = start.shape[0], num_beams, self.config.eos_token_id
+        batch, beams, eos = start.shape[0], num_beams, self.eos_id
         max_length = 1 + max_new_tokens  # the start token counts, as generate()'s max_length does
         keep = 2 * beams  # continuations kept per row: enough that `beams` stay unfinished
         rows = np.arange(batch)[:, None]
@@ -388,7 +406,7 @@ class OnnxSeq2Seq:
             np.repeat(cross_values, beams, axis=1),
         )
         mask = np.repeat(attention_mask, beams, axis=0)
-        running = np.full((batch, beams, max_length), self.config.pad_token_id, dtype=np.int64)
+        running = np.full((batch, beams, max_length), self.pad_id, dtype=np.int64)
         running[:, :, 0] = start
         running_scores = np.zeros((batch, beams), dtype=np.float32)
         running_scores[:, 1:] = -1e9  # only the first beam's continuations count at the first step
@@ -457,7 +475,7 @@ class OnnxSeq2Seq:
             )
         output = finished[:, 0, : finished_lengths[:, 0].max()]
         positions = np.arange(output.shape[1])[None, :]
-        return np.where(positions < finished_lengths[:, :1], output, self.config.pad_token_id)
+        return np.where(positions < finished_lengths[:, :1], output, self.pad_id)
 
 
 class OnnxTranslator:
@@ -491,7 +509,9 @@ class OnnxTranslator:
         limit, limit_name = reading_limit(config.max_position_embeddings, tokenizer.model_max_length)
         ids, cut = encode_within(tokenizer, [sentences[index] for index in order], limit)
         report_cut(sorted(order[k] for k in cut), first_line, limit, limit_name, cut_lines)
-        by_length = sorted(range(len(order)), key=lambda k: len(ids[k]), reverse=True)
+        # Batches as translate() makes them (the longest text first), so that each line is decoded beside
+        # the same others, under the same length bound, as with the PyTorch engine.
+        by_length = sorted(range(len(order)), key=lambda k: len(sentences[order[k]]), reverse=True)
         for start in range(0, len(by_length), batch_size):
             chosen = by_length[start : start + batch_size]
             batch = tokenizer.pad({"input_ids": [ids[k] for k in chosen]}, return_tensors="np")
@@ -506,6 +526,86 @@ class OnnxTranslator:
             for k, text in zip(chosen, texts, strict=True):
                 results[order[k]] = text.translate(ONE_LINE).strip()
         return results
+
+
+def _check_seq2seq_export(folder: Path) -> None:
+    """Refuse, in one line saying what it is, a folder that is not an ONNX export of a translation model."""
+    from .loading import CTRANSLATE2_FILE, WEIGHTS
+
+    missing = [name for name in SEQ2SEQ_FILES if not (folder / name).is_file()]
+    if not missing:
+        return
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} does not exist.")
+    if (folder / CTRANSLATE2_FILE).is_file():
+        raise ValueError(
+            f"{folder} is a CTranslate2 export ({CTRANSLATE2_FILE}), not an ONNX one: translate it with "
+            "--engine ctranslate2."
+        )
+    if (folder / WEIGHTS).is_file():
+        raise ValueError(
+            f"{folder} is a model folder, not an ONNX export: translate it with --engine pytorch, or export it "
+            f"first (vanilla-transformer export-onnx --model {folder} --output DIR)."
+        )
+    what = (
+        f"an ONNX export of an encoder-only model ({ENCODER_ONLY_FILE}), which does not translate: it"
+        if (folder / ENCODER_ONLY_FILE).is_file()
+        else "not an ONNX export of a translation model: it"
+    )
+    raise FileNotFoundError(
+        f"{folder} is {what} lacks {', '.join(missing)}. Export a translation model folder with "
+        "vanilla-transformer export-onnx (or export_onnx)."
+    )
+
+
+# generate() settings the ONNX decoding does not apply, with the value at which they change nothing.
+NEUTRAL_SETTINGS = {
+    "do_sample": False,
+    "num_return_sequences": 1,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "force_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "exponential_decay_length_penalty": None,
+    "sequence_bias": None,
+    "stop_strings": None,
+}
+
+
+def _check_decoding(config, folder: Path) -> None:
+    """Refuse an export whose saved generation config asks generate() for more than this decoding does
+    (sampling, repetition penalties, forced or banned tokens, ...): its tokens would not be generate()'s."""
+    if config is None:
+        return
+    for name, neutral in NEUTRAL_SETTINGS.items():
+        value = getattr(config, name, None)
+        if value is None or value == neutral or (neutral is None and not value):
+            continue
+        raise ValueError(
+            f"{folder / 'generation_config.json'} sets {name}={value!r}, which the ONNX decoding does not "
+            "apply (it decodes greedily or with beam search as generate() does, nothing more): its output "
+            "would not be the model's. Remove the setting, or serve the model with --engine pytorch."
+        )
+
+
+def _one_token(value, folder: Path) -> int:
+    """The one end-of-sequence id (a list of one, as some configs write it)."""
+    if isinstance(value, list | tuple):
+        if len(value) != 1:
+            raise ValueError(
+                f"{folder}: the generation config names {len(value)} end-of-sequence tokens {list(value)}; the "
+                "ONNX decoding ends on one (the model's </s>)."
+            )
+        value = value[0]
+    return int(value)
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

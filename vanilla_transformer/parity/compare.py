@@ -47,8 +47,21 @@ def compare_translations(
     tokenizer,
     target_lang: str = "en",
 ) -> dict:
-    """Both sides' translations of ``sample`` and the figures of the module docstring (a dict)."""
-    (expected, got), seconds = _interleaved(model_translate, candidate_translate, sample.inputs)
+    """Both sides' translations of ``sample`` and the figures of the module docstring (a dict).
+
+    Both sides get the same batches: the sample's lines longest first (in tokens), :data:`CHUNK` at a time,
+    each side translating a chunk as one batch (``check_translation`` sets their batch size to it). A
+    batch's padding and its length bound (the longest source + 50) are then the same on both sides, so
+    that an output differs only where the engines compute differently, never because one side batched a
+    line with a longer one (a translation that runs to the bound would otherwise change with its batch)."""
+    lengths = [len(ids) for ids in tokenizer(list(sample.inputs), add_special_tokens=False)["input_ids"]]
+    order = sorted(range(len(sample.inputs)), key=lambda index: -lengths[index])
+    (by_length, got_by_length), seconds = _interleaved(
+        model_translate, candidate_translate, [sample.inputs[index] for index in order]
+    )
+    expected, got = [""] * len(order), [""] * len(order)
+    for position, index in enumerate(order):
+        expected[index], got[index] = by_length[position], got_by_length[position]
     differing = [index for index, (a, b) in enumerate(zip(expected, got, strict=True)) if a != b]
     report = {
         "sentences": len(sample.inputs),

@@ -4,6 +4,7 @@ folder belongs to."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,48 @@ def _kind(path: Path) -> str:
     return "json" if name.endswith((".jsonl", ".json")) else "parquet" if name.endswith(".parquet") else "csv"
 
 
+def _row_lines(path: Path, count: int) -> list[int]:
+    """The line of ``path`` each of its ``count`` data rows starts on, as the user's editor numbers them: a
+    JSON Lines file's lines that hold a row (blank ones hold none), a CSV / TSV file's records after its
+    header line (a quoted field may span lines; a blank line is no row). Where the file is read otherwise
+    (parquet, a JSON array) or the count differs from what was read, the rows' own numbers, 1 to ``count``."""
+    import csv
+    import gzip
+
+    from ..data.files import _delimited_options, _is_gzip, read_lines
+
+    rows = list(range(1, count + 1))
+    kind = _kind(path)
+    try:
+        if kind == "json":
+            found = [number for number, text in enumerate(read_lines(path), 1) if text.strip(" \t\r")]
+        elif kind == "csv":
+            options = _delimited_options(path)
+            dialect = {key: options[key] for key in ("delimiter", "quoting") if key in options}
+            opener = gzip.open if _is_gzip(path) else open
+            with opener(path, "rt", encoding="utf-8-sig", newline="") as handle:
+                reader = csv.reader(handle, **dialect)
+                next(reader, None)  # the header line
+                found, end = [], reader.line_num
+                for record in reader:
+                    if record:
+                        found.append(end + 1)
+                    end = reader.line_num
+        else:
+            return rows
+    except (OSError, ValueError, csv.Error):
+        return rows
+    return found if len(found) == count else rows
+
+
+def _missing(path: Path) -> OSError:
+    if path.is_dir():
+        return IsADirectoryError(
+            f"--check-file: {path} is a folder; name a file of sentences (or pairs) in it."
+        )
+    return FileNotFoundError(f"--check-file: {path} does not exist.")
+
+
 def _plain_lines(path: Path) -> Sample:
     from ..data.files import read_lines
 
@@ -64,7 +107,7 @@ def translation_sample(
     if check_file:
         path = Path(check_file)
         if not path.is_file():
-            raise FileNotFoundError(f"--check-file: {path} does not exist.")
+            raise _missing(path)
         if not _is_data_file(path):
             sample = _plain_lines(path)
         else:
@@ -78,14 +121,28 @@ def translation_sample(
             pairs = load_translation_splits(_kind(path), source_lang, target_lang, {"check": str(path)})[
                 "check"
             ]
+            lines = _row_lines(path, len(pairs))
+            # A pair with an empty source is no check (both sides give ""), as a blank plain line is none.
+            kept = [index for index, source in enumerate(pairs["source"]) if source.strip()]
+            if not kept:
+                raise ValueError(f"--check-file: {path} has no pair with a source sentence to check on.")
             sample = Sample(
-                path.name, list(pairs["source"]), list(range(1, len(pairs) + 1)), list(pairs["target"])
+                path.name,
+                [pairs["source"][index] for index in kept],
+                [lines[index] for index in kept],
+                [pairs["target"][index] for index in kept],
             )
     elif recipe:
         from ..data.translation import TranslationData, check_split, prepare_data
         from ..recipes import find_recipe
 
         args = TranslationData.from_recipe(find_recipe(recipe), overrides)
+        if source_lang and target_lang and (args.source_lang, args.target_lang) != (source_lang, target_lang):
+            raise ValueError(
+                f"--recipe {recipe}: its data is {args.source_lang} -> {args.target_lang}, but the model "
+                f"translates {source_lang} -> {target_lang}: name a recipe in the model's direction (or "
+                f"--set source_lang={source_lang} --set target_lang={target_lang}), or give --check-file."
+            )
         check_split(args, split)
         data = prepare_data(args)
         check_split(args, split, data)
@@ -116,7 +173,6 @@ def recorded_run(model_dir: str | Path, task: str) -> tuple[Path, dict] | None:
     """``(run.json, its data settings)`` of the training run a model folder is the ``model/`` of, where the
     run trained ``task`` on data with a validation split (a data file, a Hub data set, or the built-in
     synthetic task); None otherwise (a folder from the Hub, an averaged checkpoint elsewhere)."""
-    import dataclasses
     import os
 
     from ..data.translation import TranslationData
@@ -154,11 +210,12 @@ def classification_sample(
     with the recipe's columns), else the recipe's ``test_file`` (``split`` must be ``test``)."""
     if check_file and not _is_data_file(Path(check_file)):
         if not Path(check_file).is_file():
-            raise FileNotFoundError(f"--check-file: {check_file} does not exist.")
+            raise _missing(Path(check_file))
         return _first(_plain_lines(Path(check_file)), limit)
     if not (check_file or recipe):
         raise ValueError(NO_SAMPLE)
     from ..data.classification import ClassificationData, load_labelled
+    from ..data.files import FILE_FORMATS, data_path
     from ..recipes import find_recipe
 
     args = ClassificationData.from_recipe(find_recipe(recipe) if recipe else None, overrides)
@@ -166,12 +223,23 @@ def classification_sample(
         raise ValueError(
             f"--split {split}: a classifier is checked on its recipe's test_file (--split test)."
         )
-    source = check_file or args.test_file
+    if check_file:  # read as its name says (not as the recipe's data set), from where the user named it
+        path = Path(check_file)
+        if not path.is_file():
+            raise _missing(path)
+        args = dataclasses.replace(args, dataset=_kind(path), dataset_revision=None)
+        source = str(path.resolve())
+    else:
+        source = args.test_file
     if not source:
         raise ValueError(f"the recipe {recipe} names no test_file to check on: give --check-file.")
     data = load_labelled(args, source)
     texts, labels = list(data[args.text_column]), [int(label) for label in data[args.label_column]]
-    return _first(Sample(Path(source).name, texts, list(range(1, len(texts) + 1)), labels=labels), limit)
+    # A local file's rows by the lines they are on (a recipe's file read from its data folder); a Hub split's
+    # by their numbers. Where rows were dropped (drop_empty_texts) the counts part, and the numbers are used.
+    local = data_path(source, args.data_dir) if args.dataset in FILE_FORMATS else None
+    numbers = _row_lines(Path(local), len(texts)) if local else list(range(1, len(texts) + 1))
+    return _first(Sample(Path(source).name, texts, numbers, labels=labels), limit)
 
 
 NO_SAMPLE = (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .compare import compare_classifications, compare_translations
+from .compare import CHUNK, compare_classifications, compare_translations
 from .report import build_report
 from .sample import Sample
 
@@ -70,22 +70,28 @@ def check_translation(
     *,
     num_beams: int | None = None,
     length_penalty: float | None = None,
-    batch_size: int = 32,
 ) -> dict:
     """The report of ``candidate`` against the saved translation model in ``model_dir`` (float32, on the CPU)
-    on ``sample``, both decoding alike (:func:`decoding_of`)."""
+    on ``sample``, both decoding alike (:func:`decoding_of`) and on the same batches (a chunk of
+    ``compare.CHUNK`` lines, one batch on each side: ``compare_translations``)."""
     import functools
 
     from transformers import AutoModelForSeq2SeqLM
 
     from ..inference import load_for_inference, translate
-    from ..long_inputs import CutLines
+    from ..long_inputs import CutLines, encode_within, reading_limit
 
     model, tokenizer = load_for_inference(model_dir, "cpu", "fp32", model_class=AutoModelForSeq2SeqLM)
     decoding = decoding_of(model, num_beams, length_penalty)
-    cut, ignored = CutLines(), CutLines()  # both sides cut the same lines: one warning, the model's
+    batch_size = CHUNK  # a chunk is one batch on both sides
+    # Both sides cut the same lines to what the model reads: one warning, naming them as the user's file
+    # numbers them (the sides see chunks of the sample, reordered, and would number them within a chunk).
+    limit, limit_name = reading_limit(model.config.max_position_embeddings, tokenizer.model_max_length)
+    cut, ignored = CutLines(), CutLines()
+    for index in encode_within(tokenizer, list(sample.inputs), limit)[1]:
+        cut.add([0], sample.lines[index], limit, limit_name)
     model_side = functools.partial(
-        translate, model, tokenizer, batch_size=batch_size, cut_lines=cut, **decoding
+        translate, model, tokenizer, batch_size=batch_size, cut_lines=ignored, **decoding
     )
     candidate_side = _translator(candidate, model_dir, decoding, batch_size, ignored)
     comparison = compare_translations(
