@@ -352,8 +352,9 @@ def cmd_export_ct2(options) -> None:
 
 def cmd_parity(options) -> None:
     """The parity report of an export folder, or of the PyTorch model served in int8 / bf16 / fp16, against
-    the model (``vanilla_transformer/parity/``); the two lines, and the report where ``--report`` names a folder (an export's
-    own folder by default)."""
+    the model (``vanilla_transformer/parity/``); the two lines, and the report where ``--report`` names a
+    folder (an export's own folder by default)."""
+    from .model_card import write_export_card
     from .parity import ParityError
     from .parity import command as parity_command
 
@@ -365,7 +366,13 @@ def cmd_parity(options) -> None:
     except ParityError:  # the figures, then the one line that refuses it; no report is kept
         parity_command.print_report(report, None)
         raise
-    where = parity_command.keep_report(options, report, candidate)
+    where = parity_command.keep_report(
+        options,
+        report,
+        lambda folder: write_export_card(
+            folder, options.model, candidate.engine, candidate.precision, report
+        ),
+    )
     parity_command.print_report(report, where.parent if where else None)
 
 

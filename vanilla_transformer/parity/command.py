@@ -5,6 +5,7 @@ two printed lines."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from ..recipes import parse_overrides
@@ -121,12 +122,12 @@ def check_export(options, sample, candidate, staging: Path) -> dict | None:
     return report
 
 
-def keep_report(options, report: dict, candidate) -> Path | None:
+def keep_report(options, report: dict, write_card: Callable[[Path], object]) -> Path | None:
     """Where ``parity`` keeps its report (after the bounds passed: a refused check writes nothing, as its line
     says): ``--report DIR``, else an earlier export's own folder. An export this package wrote (its marker,
-    ``outputs.MARKER``) gets its card rewritten with the new table and the files added to its marker, so
-    that ``--force`` can replace the export later; else the report is kept nowhere."""
-    from ..model_card import write_export_card
+    ``outputs.MARKER``) gets its card rewritten by ``write_card(folder)`` (the command's: the card is
+    ``model_card``'s, which stands above this package) and the files added to its marker, so that ``--force``
+    can replace the export later; else the report is kept nowhere."""
     from ..outputs import MARKER
     from .report import REPORT_FILE, TABLE_FILE, write_report
 
@@ -142,7 +143,7 @@ def keep_report(options, report: dict, candidate) -> Path | None:
     except (OSError, ValueError):
         return path  # not written here (a downloaded export): its own card stays as it is
     if isinstance(record, dict) and isinstance(record.get("files"), list):
-        write_export_card(folder, options.model, candidate.engine, candidate.precision, report)
+        write_card(folder)
         record["files"] = sorted(set(record["files"]) | {REPORT_FILE, TABLE_FILE, "README.md"})
         (folder / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return path
