@@ -240,3 +240,13 @@ def test_the_cards_how_to_use_runs_where_the_package_is_not_installed(hub, train
     assert "run the custom code?" not in result.stdout + result.stderr
     expected = len(AutoTokenizer.from_pretrained(trained_folder))
     assert result.stdout.split()[-2:] == ["VanillaTransformerForConditionalGeneration", str(expected)]
+
+
+def test_a_module_the_remote_code_imports_is_part_of_a_complete_folder(trained_folder):
+    """translation_pipeline.py imports long_inputs.py, which trust_remote_code downloads with it: a folder
+    without it is incomplete, named before anything is sent."""
+    from vanilla_transformer.hub import missing_files
+
+    assert missing_files(trained_folder) == []
+    (trained_folder / "long_inputs.py").unlink()
+    assert missing_files(trained_folder) == ["long_inputs.py"]

@@ -17,6 +17,7 @@ it in one commit, ``model.bin`` included, with its parity report (``parity.json`
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -49,7 +50,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 def missing_files(folder: str | Path) -> list[str]:
     """What a complete model folder lacks: config, weights, card, tokenizer and every remote-code module
-    that ``config.json`` names (``auto_map`` and ``custom_pipelines``)."""
+    that ``config.json`` names (``auto_map`` and ``custom_pipelines``), with the modules those import
+    relatively (``translation_pipeline.py`` -> ``long_inputs.py``), which ``trust_remote_code`` downloads."""
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         return ["config.json"]
@@ -63,10 +65,16 @@ def missing_files(folder: str | Path) -> list[str]:
         missing.append("tokenizer.json")
     references = list(config.get("auto_map", {}).values())
     references += [entry["impl"] for entry in config.get("custom_pipelines", {}).values()]
-    for reference in references:
-        module = reference.split("--")[-1].split(".")[0] + ".py"  # "repo--module.Class" or "module.Class"
-        if not (folder / module).is_file() and module not in missing:
+    modules = [reference.split("--")[-1].split(".")[0] + ".py" for reference in references]  # "repo--m.C"
+    while modules:  # each module the remote code names, and the modules those import (`from .x import`)
+        module = modules.pop()
+        if module in missing:
+            continue
+        if not (folder / module).is_file():
             missing.append(module)
+            continue
+        imported = re.findall(r"^\s*from \.(\w+) import", (folder / module).read_text(encoding="utf-8"), re.M)
+        modules += [f"{name}.py" for name in imported if f"{name}.py" not in modules]
     return missing
 
 
